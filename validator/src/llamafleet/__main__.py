@@ -1,0 +1,3 @@
+from llamafleet.cli import main
+
+raise SystemExit(main())

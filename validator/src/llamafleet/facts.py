@@ -1,0 +1,149 @@
+"""Optional facts about the target: the build (``--help``, ``--version``, manifest), the model,
+the GPU, CPU and RAM. Every fact is optional; rules that need a missing one stay silent."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from llamafleet.flags import HelpFacts, parse_help
+from llamafleet.gguf_meta import ModelFacts, load_model_meta, model_from_dict
+
+
+class FactsError(ValueError):
+    pass
+
+
+@dataclass
+class Facts:
+    help: HelpFacts | None = None
+    version_text: str | None = None
+    build_number: int | None = None
+    commit: str | None = None
+    model: ModelFacts | None = None
+    gpu_name: str | None = None
+    gpu_vram_mib: float | None = None
+    gpu_cc: str | None = None
+    cpu_cores: int | None = None
+    ram_mib: float | None = None
+    cuda_architectures: list[str] | None = None
+    backend: str | None = None
+
+    def set_version(self, text: str) -> None:
+        self.version_text = text
+        m = re.search(r"version:\s*(\d+)\s*\(([0-9a-fA-F]+)\)", text)
+        if m:
+            number = int(m.group(1))
+            # A build from a source tree without git history reports build 1: unknown.
+            self.build_number = number if number > 1 else None
+            self.commit = m.group(2)
+
+    def set_help(self, text: str) -> None:
+        self.help = parse_help(text)
+
+    @property
+    def has_turbo(self) -> bool | None:
+        """Whether the build knows TurboQuant cache types; None when unknown."""
+        if self.help is None or self.help.cache_types is None:
+            return None
+        return any(t.startswith("turbo") for t in self.help.cache_types)
+
+
+def _read(path: str, base: str) -> str:
+    p = path if os.path.isabs(path) else os.path.join(base, path)
+    try:
+        with open(p, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise FactsError(f"{p}: cannot read: {exc.strerror}") from exc
+
+
+def _cc(value: Any) -> str:
+    s = str(value).strip()
+    if not re.fullmatch(r"\d+\.\d+", s):
+        raise FactsError(f"GPU compute capability {s!r}: expected MAJOR.MINOR, e.g. 8.9")
+    return s
+
+
+def apply_manifest(facts: Facts, manifest: Mapping[str, Any], base: str) -> None:
+    """Read a build manifest written by the ``llama_cpp`` role."""
+    if manifest.get("version_text"):
+        facts.set_version(str(manifest["version_text"]))
+    if manifest.get("help_text"):
+        facts.set_help(str(manifest["help_text"]))
+    elif manifest.get("help_file"):
+        facts.set_help(_read(str(manifest["help_file"]), base))
+    archs = manifest.get("cuda_architectures")
+    if archs:
+        if isinstance(archs, str):
+            archs = re.split(r"[;, ]+", archs)
+        facts.cuda_architectures = [str(a) for a in archs if str(a)]
+    if manifest.get("backend"):
+        facts.backend = str(manifest["backend"])
+    if manifest.get("build_number") and facts.build_number is None:
+        n = int(manifest["build_number"])
+        facts.build_number = n if n > 1 else None
+
+
+def load_facts_file(path: str, facts: Facts | None = None) -> Facts:
+    """Load a JSON/YAML facts file, as the roles gather them."""
+    facts = facts or Facts()
+    base = os.path.dirname(os.path.abspath(path))
+    text = _read(path, ".")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        raise FactsError(f"{path}{where}: not valid YAML/JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise FactsError(f"{path}: expected a mapping of facts")
+    known = {"help_text", "help_file", "version_text", "build_manifest", "model_meta", "model",
+             "gguf", "gpu", "gpu_vram_mib", "gpu_cc", "cpu_cores", "ram_mib"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise FactsError(f"{path}: unknown fact(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(sorted(known))}")
+    if data.get("build_manifest"):
+        bm = data["build_manifest"]
+        if isinstance(bm, str):
+            bm_path = bm if os.path.isabs(bm) else os.path.join(base, bm)
+            apply_manifest(facts, json.loads(_read(bm_path, ".")), os.path.dirname(bm_path))
+        elif isinstance(bm, dict):
+            apply_manifest(facts, bm, base)
+    if data.get("help_text"):
+        facts.set_help(str(data["help_text"]))
+    if data.get("help_file"):
+        facts.set_help(_read(str(data["help_file"]), base))
+    if data.get("version_text"):
+        facts.set_version(str(data["version_text"]))
+    model = data.get("model_meta") or data.get("model")
+    if isinstance(model, str):
+        facts.model = load_model_meta(model if os.path.isabs(model) else os.path.join(base, model))
+    elif isinstance(model, dict):
+        facts.model = model_from_dict(model, path)
+    if data.get("gguf"):
+        g = str(data["gguf"])
+        facts.model = load_model_meta(g if os.path.isabs(g) else os.path.join(base, g))
+    gpu = data.get("gpu") or {}
+    if isinstance(gpu, dict):
+        facts.gpu_name = gpu.get("name", facts.gpu_name)
+        if gpu.get("vram_mib") is not None:
+            facts.gpu_vram_mib = float(gpu["vram_mib"])
+        if gpu.get("compute_capability") is not None:
+            facts.gpu_cc = _cc(gpu["compute_capability"])
+    if data.get("gpu_vram_mib") is not None:
+        facts.gpu_vram_mib = float(data["gpu_vram_mib"])
+    if data.get("gpu_cc") is not None:
+        facts.gpu_cc = _cc(data["gpu_cc"])
+    if data.get("cpu_cores") is not None:
+        facts.cpu_cores = int(data["cpu_cores"])
+    if data.get("ram_mib") is not None:
+        facts.ram_mib = float(data["ram_mib"])
+    return facts

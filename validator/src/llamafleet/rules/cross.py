@@ -1,0 +1,109 @@
+"""Rules across a client and the server it points at (XC001-XC002)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+from llamafleet.argv import ServerConfig
+from llamafleet.rules import Context, Hit, rule
+from llamafleet.rules.server import is_loopback
+from llamafleet.settings import TOKEN_KEYS, Client
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+
+
+def server_address(cfg: ServerConfig) -> tuple[str, int]:
+    host = cfg.value("--host") or DEFAULT_HOST
+    port = cfg.int_value("--port") or DEFAULT_PORT
+    return host, port
+
+
+def _matches(url_host: str, url_port: int, cfg: ServerConfig) -> bool:
+    host, port = server_address(cfg)
+    if url_port != port:
+        return False
+    if host in ("0.0.0.0", "::", "[::]"):
+        return True  # listens everywhere: any address of the host reaches it
+    if is_loopback(host) and is_loopback(url_host):
+        return True
+    return url_host.strip("[]").lower() == host.strip("[]").lower()
+
+
+def _servers(ctx: Context) -> list[ServerConfig]:
+    return ctx.servers + [u.server for u in ctx.units if u.server is not None]
+
+
+def _client_url(c: Client) -> tuple[str, int, str, int] | None:
+    v = c.base_url()
+    if v is None or not isinstance(v.value, str) or not c.is_third_party():
+        return None
+    parts = urlsplit(v.value.strip())
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
+    file = v.file.path if v.file else "<environment>"
+    return parts.hostname or "", port, file, v.line
+
+
+@rule("XC001")
+def client_server_mismatch(ctx: Context) -> Iterator[Hit]:
+    servers = _servers(ctx)
+    if not servers:
+        return
+    for c in ctx.clients:
+        url = _client_url(c)
+        if url is None:
+            continue
+        host, port, file, line = url
+        if any(_matches(host, port, s) for s in servers):
+            continue
+        listed = ", ".join("{}:{}".format(*server_address(s)) for s in servers)
+        h, p = server_address(servers[0])
+        if h in ("0.0.0.0", "::"):
+            h = host
+        yield Hit(file, line, {"base_url": c.base_url().value,  # type: ignore[union-attr]
+                               "servers": listed, "suggested": f"{h}:{p}"})
+
+
+def server_key(cfg: ServerConfig) -> tuple[bool, str | None]:
+    """(requires a key?, the key if it can be read)."""
+    key = cfg.value("--api-key") or (cfg.env.get("LLAMA_API_KEY", ("", 0))[0] or None)
+    if key:
+        return True, key.split(",")[0]
+    kf = cfg.value("--api-key-file")
+    if kf:
+        try:
+            with open(os.path.expanduser(kf), encoding="utf-8") as fh:
+                first = fh.readline().strip()
+            return True, first or None
+        except OSError:
+            return True, None
+    return False, None
+
+
+@rule("XC002")
+def client_missing_key(ctx: Context) -> Iterator[Hit]:
+    servers = _servers(ctx)
+    for c in ctx.clients:
+        url = _client_url(c)
+        if url is None:
+            continue
+        host, port, file, line = url
+        for s in servers:
+            if not _matches(host, port, s):
+                continue
+            required, key = server_key(s)
+            if not required:
+                continue
+            sent = [str(c.env(k).value) for k in TOKEN_KEYS  # type: ignore[union-attr]
+                    if c.env(k) is not None and str(c.env(k).value).strip()]  # type: ignore[union-attr]
+            name = f"{s.path} ({'{}:{}'.format(*server_address(s))})"
+            if not sent and c.setting("apiKeyHelper") is None:
+                yield Hit(file, line, {"server": name, "detail": "sends none"})
+            elif key is not None and sent and key not in sent:
+                yield Hit(file, line, {"server": name,
+                                       "detail": "sends a different key (it will get 401)"})

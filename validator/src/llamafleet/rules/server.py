@@ -1,0 +1,388 @@
+"""Rules on llama-server options (LS001-LS020)."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterator
+
+from llamafleet.argv import Option, ServerConfig, validate_value
+from llamafleet.facts import Facts
+from llamafleet.flags import TURBO_CACHE_TYPES, UNQUANTIZED_CACHE_TYPES, table
+from llamafleet.rules import Context, Hit, rule
+
+#: Per-request context Claude Code needs (system prompt + tools are ~20K tokens alone).
+CLAUDE_CODE_MIN_CTX = 32768
+#: First build where --mmproj keeps context checkpoints and the RAM prompt cache.
+MMPROJ_SAFE_BUILD = 8153
+AUTO_SLOTS = 4
+
+
+def _all_servers(ctx: Context) -> list[ServerConfig]:
+    return ctx.servers + [u.server for u in ctx.units if u.server is not None]
+
+
+def slots(cfg: ServerConfig) -> tuple[int, bool, bool]:
+    """(number of slots, KV unified?, -np given explicitly?) as llama-server resolves them."""
+    n = cfg.int_value("--parallel")
+    explicit = n is not None and n > 0
+    slots_n = n if explicit and n is not None else AUTO_SLOTS
+    unified = cfg.bool_value("--kv-unified")
+    if unified is None:
+        unified = not explicit  # on by default only when -np is auto
+    return slots_n, unified, explicit
+
+
+def pad256(n: int) -> int:
+    return (n + 255) // 256 * 256
+
+
+def context_size(cfg: ServerConfig, facts: Facts) -> tuple[int | None, str]:
+    """Configured context (0/absent = the model's training context) and how it was found."""
+    c = cfg.int_value("--ctx-size")
+    if c is not None and c > 0:
+        return c, f"-c {c}"
+    n_train = facts.model.context_length if facts.model else None
+    if n_train:
+        return n_train, f"the model's training context {n_train}"
+    return None, ""
+
+
+def per_request_context(cfg: ServerConfig, facts: Facts) -> tuple[int | None, str]:
+    total, how = context_size(cfg, facts)
+    if total is None:
+        return None, ""
+    n, unified, _ = slots(cfg)
+    per = total if unified or n <= 1 else pad256(total) // n
+    detail = how if unified or n <= 1 else f"{how} split over {n} slots without a unified KV cache"
+    n_train = facts.model.context_length if facts.model else None
+    if n_train and per > n_train:
+        per = n_train
+        detail += f", capped at the model's training context {n_train}"
+    return per, detail
+
+
+@rule("LS001")
+def cache_ram_disabled(ctx: Context) -> Iterator[Hit]:
+    for cfg in _all_servers(ctx):
+        opt = cfg.get("--cache-ram")
+        if opt and opt.value is not None and opt.value.strip() == "0":
+            yield Hit(cfg.path, opt.line, {"option": opt.display})
+
+
+@rule("LS002")
+def cache_ram_unbounded(ctx: Context) -> Iterator[Hit]:
+    for cfg in _all_servers(ctx):
+        opt = cfg.get("--cache-ram")
+        if opt and opt.value is not None and opt.value.strip() == "-1":
+            yield Hit(cfg.path, opt.line, {"option": opt.display})
+
+
+@rule("LS003")
+def parallel_splits_context(ctx: Context) -> Iterator[Hit]:
+    for cfg in _all_servers(ctx):
+        n, unified, explicit = slots(cfg)
+        opt = cfg.get("--parallel")
+        if not explicit or n <= 1 or opt is None:
+            continue
+        total, how = context_size(cfg, ctx.facts)
+        if unified:
+            detail = (f"{n} slots share one unified KV cache"
+                      + (f" of {total} tokens" if total else ""))
+        elif total:
+            detail = (f"without --kv-unified each of the {n} slots gets {pad256(total) // n} "
+                      f"tokens ({how} / {n})")
+        else:
+            detail = f"without --kv-unified each of the {n} slots gets 1/{n} of the context"
+        if ctx.facts.model is not None and ctx.facts.model.is_recurrent:
+            per_state = _recurrent_state_mib(ctx)
+            state = f" (~{per_state:.1f} MiB each)" if per_state else ""
+            detail += (f"; {ctx.facts.model.architecture} is hybrid: {n} recurrent states{state}"
+                       " plus their context checkpoints")
+        else:
+            detail += "; hybrid models also keep one recurrent state per slot"
+        yield Hit(cfg.path, opt.line, {"option": opt.display, "detail": detail})
+
+
+def _recurrent_state_mib(ctx: Context) -> float | None:
+    if ctx.facts.model is None:
+        return None
+    try:
+        from llamafleet import planner
+    except ImportError:  # pragma: no cover - the planner ships with the package
+        return None
+    try:
+        value = planner.recurrent_state_mib(ctx.facts.model)
+    except Exception:  # the estimate is a detail of the message; never fail the check on it
+        return None
+    return float(value) if value else None
+
+
+@rule("LS004")
+def request_context_too_small(ctx: Context) -> Iterator[Hit]:
+    for cfg in _all_servers(ctx):
+        per, detail = per_request_context(cfg, ctx.facts)
+        if per is None or per >= CLAUDE_CODE_MIN_CTX:
+            continue
+        opt = cfg.get("--ctx-size") or cfg.get("--parallel")
+        line = opt.line if opt else cfg.line
+        yield Hit(cfg.path, line,
+                  {"per_slot": per, "detail": detail, "needed": CLAUDE_CODE_MIN_CTX})
+
+
+@rule("LS005")
+def mmproj_breaks_cache(ctx: Context) -> Iterator[Hit]:
+    for cfg in _all_servers(ctx):
+        opt = cfg.get("--mmproj")
+        if opt is None or opt.negated:
+            continue
+        build = ctx.facts.build_number
+        if build is None:
+            yield Hit(cfg.path, opt.line,
+                      {"option": opt.display, "build": "a build of unknown number"},
+                      severity="warning")
+        elif build < MMPROJ_SAFE_BUILD:
+            yield Hit(cfg.path, opt.line, {"option": opt.display, "build": f"build b{build}"})
+
+
+@rule("LS006")
+def cache_reuse_zero(ctx: Context) -> Iterator[Hit]:
+    for cfg in _all_servers(ctx):
+        opt = cfg.get("--cache-reuse")
+        if opt and opt.value is not None and opt.value.strip() == "0":
+            yield Hit(cfg.path, opt.line, {"option": opt.display})
+
+
+def is_loopback(host: str) -> bool:
+    h = host.strip().strip("[]")
+    if h in ("localhost", "ip6-localhost") or h.endswith(".sock") or h.startswith("/"):
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False
+
+
+def has_api_key(cfg: ServerConfig) -> bool:
+    return any(cfg.value(k) for k in ("--api-key", "--api-key-file")) or bool(
+        cfg.env.get("LLAMA_API_KEY")
+    )
+
+
+@rule("LS007")
+def exposed_without_api_key(ctx: Context) -> Iterator[Hit]:
+    for cfg in _all_servers(ctx):
+        opt = cfg.get("--host")
+        if opt is None or opt.value is None or is_loopback(opt.value):
+            continue
+        if not has_api_key(cfg):
+            yield Hit(cfg.path, opt.line, {"host": opt.value})
+
+
+def _is_off(opt: Option | None) -> bool:
+    return opt is not None and (opt.negated or (opt.value or "").lower() in ("off", "0", "false"))
+
+
+@rule("LS008")
+def quantized_v_without_fa(ctx: Context) -> Iterator[Hit]:
+    for cfg in _all_servers(ctx):
+        fa = cfg.get("--flash-attn")
+        vtype = cfg.value("--cache-type-v")
+        if not _is_off(fa) or vtype is None or fa is None:
+            continue
+        # turbo types switch flash attention on by themselves (with a warning) in the fork
+        if vtype in UNQUANTIZED_CACHE_TYPES or vtype in TURBO_CACHE_TYPES:
+            continue
+        yield Hit(cfg.path, fa.line, {"vtype": vtype, "option": fa.display})
+
+
+@rule("LS009")
+def turbo_unsupported(ctx: Context) -> Iterator[Hit]:
+    has_turbo = ctx.facts.has_turbo
+    for cfg in _all_servers(ctx):
+        for name in ("--cache-type-k", "--cache-type-v"):
+            opt = cfg.get(name)
+            if opt is None or opt.value not in TURBO_CACHE_TYPES:
+                continue
+            if has_turbo is None:
+                yield Hit(cfg.path, opt.line, {
+                    "option": opt.display,
+                    "detail": "TurboQuant cache type on a build whose --help is unknown; only "
+                              "the fork's feature branch has it",
+                }, severity="warning")
+            elif ctx.facts.help and ctx.facts.help.cache_types is not None and (
+                opt.value not in ctx.facts.help.cache_types
+            ):
+                allowed = ", ".join(ctx.facts.help.cache_types)
+                yield Hit(cfg.path, opt.line, {
+                    "option": opt.display,
+                    "detail": f"this build does not have {opt.value} (its --help allows {allowed})",
+                })
+
+
+@rule("LS010")
+def symmetric_turbo_k(ctx: Context) -> Iterator[Hit]:
+    for cfg in _all_servers(ctx):
+        opt = cfg.get("--cache-type-k")
+        if opt and opt.value and opt.value.startswith("turbo"):
+            yield Hit(cfg.path, opt.line, {"option": opt.display})
+
+
+@rule("LS011")
+def fit_silently_disabled(ctx: Context) -> Iterator[Hit]:
+    for cfg in _all_servers(ctx):
+        fit = cfg.get("--fit")
+        if _is_off(fit):
+            continue
+        for name in ("--gpu-layers", "--tensor-split", "--override-tensor", "--cpu-moe",
+                     "--n-cpu-moe"):
+            opt = cfg.get(name)
+            if opt is not None and not opt.negated:
+                state = "on" if fit is not None else "on (the default)"
+                yield Hit(cfg.path, opt.line, {"option": opt.written, "fit_state": state})
+                break
+
+
+@rule("LS012")
+def ctx_above_training(ctx: Context) -> Iterator[Hit]:
+    model = ctx.facts.model
+    n_train = model.context_length if model else None
+    if not n_train:
+        return
+    for cfg in _all_servers(ctx):
+        opt = cfg.get("--ctx-size")
+        c = cfg.int_value("--ctx-size")
+        if opt is not None and c is not None and c > n_train:
+            yield Hit(cfg.path, opt.line, {"option": opt.display, "n_ctx_train": n_train})
+
+
+@rule("LS013")
+def batch_below_ubatch(ctx: Context) -> Iterator[Hit]:
+    for cfg in _all_servers(ctx):
+        b, ub = cfg.int_value("--batch-size"), cfg.int_value("--ubatch-size")
+        if b is None and ub is None:
+            continue
+        detail = ""
+        if b is None:
+            b, detail = 2048, " (-b not set: default 2048)"
+        if ub is None:
+            ub, detail = 512, " (-ub not set: default 512)"
+        if b < ub:
+            opt = cfg.get("--ubatch-size") or cfg.get("--batch-size")
+            assert opt is not None
+            yield Hit(cfg.path, opt.line, {"batch": b, "ubatch": ub, "detail": detail})
+
+
+@rule("LS014")
+def unknown_flag(ctx: Context) -> Iterator[Hit]:
+    t = table()
+    helpfacts = ctx.facts.help
+    for cfg in _all_servers(ctx):
+        for opt in cfg.options:
+            if opt.from_env:
+                continue
+            if opt.spec is None:
+                yield Hit(cfg.path, opt.line, {
+                    "option": opt.written,
+                    "detail": "is not an option of any known llama-server build",
+                    "hint": "Remove it, or check the spelling against `llama-server --help`.",
+                })
+                continue
+            if helpfacts is None:
+                continue
+            if opt.written in helpfacts.names:
+                continue
+            spellings = set(opt.spec.names) | set(opt.spec.negations)
+            if spellings & helpfacts.names:
+                continue  # another spelling of the same option is there: a spelling change
+            if opt.spec.successor:
+                hint = f"This build replaced it: use {opt.spec.successor}."
+            elif opt.spec.canonical in t.predecessors:
+                hint = f"This build predates it: use {t.predecessors[opt.spec.canonical]}."
+            else:
+                hint = "Remove it, or upgrade the build (see `llama-server --help`)."
+            yield Hit(cfg.path, opt.line, {
+                "option": opt.written,
+                "detail": "is not accepted by the target build (its --help does not list it)",
+                "hint": hint,
+            })
+
+
+@rule("LS015")
+def swa_full_on_hybrid(ctx: Context) -> Iterator[Hit]:
+    model = ctx.facts.model
+    if model is None or not model.is_recurrent:
+        return
+    for cfg in _all_servers(ctx):
+        opt = cfg.get("--swa-full")
+        if opt is not None and not opt.negated:
+            yield Hit(cfg.path, opt.line, {"arch": model.architecture})
+
+
+@rule("LS016")
+def does_not_fit(ctx: Context) -> Iterator[Hit]:
+    model, vram = ctx.facts.model, ctx.facts.gpu_vram_mib
+    if model is None or vram is None:
+        return
+    from llamafleet import planner
+
+    for cfg in _all_servers(ctx):
+        plan = planner.estimate(model, cfg)
+        margin = planner.DEFAULT_MARGIN_MIB
+        if planner.fits(plan, vram, margin):
+            continue
+        d = plan.as_dict()
+        detail = ", ".join(
+            f"{label} {float(d[key]):.0f}"
+            for key, label in (("weights_gpu_mib", "weights"), ("kv_k_mib", "K"),
+                               ("kv_v_mib", "V"), ("recurrent_mib", "recurrent"),
+                               ("checkpoints_mib", "checkpoints"), ("compute_mib", "compute"))
+            if key in d and float(d[key]) > 0
+        )
+        opt = cfg.get("--ctx-size")
+        yield Hit(cfg.path, opt.line if opt else cfg.line, {
+            "total_mib": float(d["total_gpu_mib"]), "vram_mib": vram, "margin_mib": margin,
+            "detail": detail + " MiB",
+        })
+
+
+@rule("LS017")
+def threads_above_cores(ctx: Context) -> Iterator[Hit]:
+    cores = ctx.facts.cpu_cores
+    if not cores:
+        return
+    for cfg in _all_servers(ctx):
+        for name in ("--threads", "--threads-batch"):
+            opt = cfg.get(name)
+            n = cfg.int_value(name)
+            if opt is not None and n is not None and n > cores:
+                yield Hit(cfg.path, opt.line, {"option": opt.display, "cores": cores})
+
+
+@rule("LS018")
+def mmproj_offload_without_mmproj(ctx: Context) -> Iterator[Hit]:
+    for cfg in _all_servers(ctx):
+        opt = cfg.get("--mmproj-offload")
+        if opt is not None and opt.negated and not cfg.has("--mmproj"):
+            yield Hit(cfg.path, opt.line, {"option": opt.display})
+
+
+@rule("LS019")
+def turbo_env(ctx: Context) -> Iterator[Hit]:
+    for cfg in _all_servers(ctx):
+        if "LLAMA_KV_CACHE_TURBO" in cfg.env:
+            yield Hit(cfg.path, cfg.env["LLAMA_KV_CACHE_TURBO"][1], {})
+
+
+@rule("LS020")
+def invalid_value(ctx: Context) -> Iterator[Hit]:
+    help_types = ctx.facts.help.cache_types if ctx.facts.help else None
+    for cfg in _all_servers(ctx):
+        for opt in cfg.options:
+            why = validate_value(opt)
+            if why is None:
+                continue
+            hint = "Give a valid value; see `llama-server --help`."
+            if opt.spec and opt.spec.canonical in ("--cache-type-k", "--cache-type-v"):
+                types = help_types or ("f16", "bf16", "q8_0", "q4_0", "q5_0", "iq4_nl", "...")
+                hint = f"Use one of: {', '.join(types)}."
+            yield Hit(cfg.path, opt.line, {"detail": why, "hint": hint})

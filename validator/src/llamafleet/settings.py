@@ -1,0 +1,163 @@
+"""Claude Code settings files: loading with positions, and merging with Claude Code's precedence.
+
+Precedence (highest first): managed (``/etc/claude-code/managed-settings.json``) > local project
+(``.claude/settings.local.json``) > project (``.claude/settings.json``) > user
+(``~/.claude/settings.json``) > the process environment (lowest, for ``env`` keys).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+SCOPES = ("managed", "local", "project", "user")  # highest precedence first
+ANTHROPIC_HOSTS = ("api.anthropic.com",)
+TOKEN_KEYS = ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY")
+
+
+@dataclass
+class SettingsFile:
+    path: str
+    scope: str
+    text: str
+    data: dict[str, Any] | None = None
+    error: str | None = None
+    error_line: int = 1
+    error_col: int = 1
+    mode: int | None = None  # st_mode permission bits when read from disk
+
+    def line_of(self, *keys: str) -> int:
+        """Best-effort line of a (nested) key, e.g. line_of("env", "ANTHROPIC_BASE_URL")."""
+        pos = 0
+        for key in keys:
+            m = re.compile(r'"' + re.escape(key) + r'"\s*:').search(self.text, pos)
+            if m is None:
+                break
+            pos = m.start()
+        return self.text.count("\n", 0, pos) + 1
+
+    def env(self) -> dict[str, Any]:
+        env = (self.data or {}).get("env")
+        return env if isinstance(env, dict) else {}
+
+
+def classify(path: str) -> str:
+    """Guess the scope of a settings file from its path."""
+    p = path.replace("\\", "/")
+    base = os.path.basename(p)
+    if base == "managed-settings.json" or "/etc/claude-code/" in p:
+        return "managed"
+    if base == "settings.local.json":
+        return "local"
+    parent = os.path.dirname(p)
+    if os.path.basename(parent) == ".claude":
+        home = os.path.expanduser("~").replace("\\", "/")
+        top = os.path.dirname(parent)
+        if top in (home, "~") or top.startswith("/home/") and top.count("/") == 2:
+            return "user"
+        if top == "/root":
+            return "user"
+        return "project"
+    return "user"
+
+
+def load_settings(path: str, text: str, scope: str | None = None) -> SettingsFile:
+    sf = SettingsFile(path=path, scope=scope or classify(path), text=text)
+    try:
+        st = os.stat(path)
+        sf.mode = stat.S_IMODE(st.st_mode)
+    except OSError:
+        sf.mode = None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        sf.error = exc.msg
+        sf.error_line, sf.error_col = exc.lineno, exc.colno
+        return sf
+    if not isinstance(data, dict):
+        sf.error = f"the top level must be a JSON object, not {type(data).__name__}"
+        return sf
+    sf.data = data
+    return sf
+
+
+@dataclass
+class Value:
+    value: Any
+    file: SettingsFile | None  # None: from the process environment
+    line: int
+
+
+@dataclass
+class Client:
+    """The effective settings of one Claude Code user: files merged by precedence."""
+
+    files: list[SettingsFile]
+    process_env: dict[str, str] = field(default_factory=dict)
+    name: str = ""
+
+    def ordered(self) -> list[SettingsFile]:
+        """Valid files from highest to lowest precedence."""
+        rank = {s: i for i, s in enumerate(SCOPES)}
+        return sorted((f for f in self.files if f.data is not None), key=lambda f: rank[f.scope])
+
+    def env(self, key: str) -> Value | None:
+        for f in self.ordered():
+            env = f.env()
+            if key in env:
+                return Value(env[key], f, f.line_of("env", key))
+        if key in self.process_env:
+            return Value(self.process_env[key], None, 0)
+        return None
+
+    def setting(self, key: str) -> Value | None:
+        for f in self.ordered():
+            assert f.data is not None
+            if key in f.data:
+                return Value(f.data[key], f, f.line_of(key))
+        return None
+
+    @property
+    def primary(self) -> SettingsFile | None:
+        """The file findings about the merged result are reported against."""
+        order = self.ordered()
+        for f in order:  # prefer the file that sets the base URL
+            if "ANTHROPIC_BASE_URL" in f.env():
+                return f
+        if order:
+            return order[-1]
+        return self.files[0] if self.files else None
+
+    def base_url(self) -> Value | None:
+        return self.env("ANTHROPIC_BASE_URL")
+
+    def is_third_party(self) -> bool:
+        """True when requests go to a server other than Anthropic's API."""
+        v = self.base_url()
+        if v is None or not isinstance(v.value, str) or not v.value.strip():
+            return False
+        host = urlsplit(v.value.strip()).hostname or ""
+        return host not in ANTHROPIC_HOSTS
+
+
+def truthy(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def group_clients(files: list[SettingsFile], process_env: Mapping[str, str]) -> list[Client]:
+    """Files checked together form one client, unless several files share the user scope:
+    then each user file is its own client, sharing the managed and project files."""
+    users = [f for f in files if f.scope == "user"]
+    shared = [f for f in files if f.scope != "user"]
+    env = dict(process_env)
+    if len(users) <= 1:
+        return [Client(files=list(files), process_env=env, name=users[0].path if users else "")]
+    return [Client(files=[u, *shared], process_env=env, name=u.path) for u in users]
