@@ -110,7 +110,7 @@ def table() -> FlagTable:
     return t
 
 
-_HELP_NAME = re.compile(r"(?<![\w-])(--?[A-Za-z][\w+-]*)")
+_HELP_NAME = re.compile(r"(?:^|,)\s*(--?[A-Za-z][\w+-]*)")
 
 
 @dataclass(frozen=True)
@@ -124,8 +124,8 @@ class HelpFacts:
 def parse_help(text: str) -> HelpFacts:
     """Extract the option spellings and the allowed KV cache types from ``llama-server --help``.
 
-    Option lines start with ``-`` and list comma-separated spellings before the value hint and
-    the description (two or more spaces apart).
+    Option lines start with ``-`` and list comma-separated spellings (``-ctk,  --cache-type-k
+    TYPE``) before the value hint and the description.
     """
     names: set[str] = set()
     cache_types: tuple[str, ...] | None = None
@@ -133,12 +133,10 @@ def parse_help(text: str) -> HelpFacts:
     for i, raw in enumerate(lines):
         line = raw.strip()
         if line.startswith("-"):
-            head = re.split(r"\s{2,}|\t", line, maxsplit=1)[0]
-            for part in head.split(","):
-                m = _HELP_NAME.match(part.strip())
-                if m:
-                    names.add(m.group(1))
-            if "--cache-type-k" in head and cache_types is None:
+            # spellings start the line or follow a comma; the value hint and text come after
+            found = _HELP_NAME.findall(line)
+            names.update(found)
+            if "--cache-type-k" in found and cache_types is None:
                 for follow in lines[i : i + 6]:
                     m2 = re.search(r"allowed values:\s*(.+)", follow)
                     if m2:
