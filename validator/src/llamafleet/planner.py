@@ -1,0 +1,930 @@
+"""GPU memory planner for llama-server: what a model + server flags need, per component.
+
+Pure arithmetic over GGUF metadata (:class:`~llamafleet.gguf_meta.ModelFacts`) and a parsed
+llama-server command line (:class:`~llamafleet.argv.ServerConfig`). Every formula follows
+llama.cpp's own allocation code; the page ``docs/planner.md`` walks through each one with the
+seed guide's logged numbers (Qwen3.6-35B-A3B, ``-c 204800 -ctk turbo3 -ctv turbo3 -ngl 99``).
+
+Components (MiB = 2**20 bytes, as llama.cpp prints them):
+
+* weights on GPU / host: the GGUF tensor bytes by placement (``token_embd`` always on the host;
+  ``-ngl``, ``--n-cpu-moe``, ``--cpu-moe`` and ``-ot ...=CPU`` move tensors to the host);
+* K and V cache: attention layers x cells x ``ggml_row_size(type, n_head_kv x head_dim)``;
+  SWA layers hold only the window; recurrent layers hold none;
+* recurrent state: f32 conv + SSM state per recurrent layer per sequence (slot);
+* context checkpoints: host RAM, one recurrent-state (+ SWA window) snapshot each, per slot;
+* compute: a documented estimate (logits, attention mask, activations, f16 staging of a
+  quantized K/V for flash attention, CUDA context).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from llamafleet.argv import ServerConfig, parse_argv_list
+from llamafleet.gguf_meta import ModelFacts
+
+MIB = 1024 * 1024
+
+#: Safety margin kept free on the GPU. llama.cpp's own ``--fit`` keeps ``--fit-target``
+#: (default 1024 MiB) free per device; the planner uses the same figure so that a plan that
+#: "fits" leaves what llama.cpp itself would leave.
+DEFAULT_MARGIN_MIB: float = 1024.0
+
+#: CUDA context, cuBLAS workspace and the memory pool's baseline: not listed in llama.cpp's
+#: buffer lines. Calibrated on the seed's observed total (RTX 4080 SUPER, CUDA 12.8: 14860 MiB
+#: used vs 13667 MiB of listed buffers, minus the estimated compute buffer); typically 300-500.
+CUDA_OVERHEAD_MIB: float = 400.0
+
+#: llama-server defaults (common/common.h, tools/server).
+DEFAULT_N_PARALLEL_AUTO = 4
+DEFAULT_CTX_CHECKPOINTS = 32
+DEFAULT_N_BATCH = 2048
+DEFAULT_N_UBATCH = 512
+DEFAULT_CACHE_RAM_MIB = 8192
+CTX_PAD = 256  # GGML_PAD(n_ctx, 256) in llama-context.cpp
+TURBO_BLOCK = 128  # TurboQuant blocks; head_dim is zero-padded to a multiple of this
+
+#: KV cache types: (values per block, bytes per block). Upstream ggml types from ggml-common.h;
+#: TurboQuant fork types (blocks of 128): turbo2 2.125, turbo3 3.125, turbo4 4.25 bit/value
+#: (the fork's 2026-05 head; later heads use 4.125 for turbo4), tq5_0 5.125, tq6_0 6.125
+#: (K only, CUDA only: 164/196-byte rows for head_dim 256).
+KV_TYPES: dict[str, tuple[int, int]] = {
+    "f32": (1, 4),
+    "f16": (1, 2),
+    "bf16": (1, 2),
+    "q8_0": (32, 34),
+    "q4_0": (32, 18),
+    "q4_1": (32, 20),
+    "q5_0": (32, 22),
+    "q5_1": (32, 24),
+    "iq4_nl": (32, 18),
+    "turbo2": (TURBO_BLOCK, 34),
+    "turbo3": (TURBO_BLOCK, 50),
+    "turbo4": (TURBO_BLOCK, 68),
+    "tq5_0": (TURBO_BLOCK, 82),
+    "tq6_0": (TURBO_BLOCK, 98),
+}
+TURBO_KV_TYPES = frozenset({"turbo2", "turbo3", "turbo4", "tq5_0", "tq6_0"})
+UNQUANTIZED_KV_TYPES = frozenset({"f32", "f16", "bf16"})
+#: Query/KV head ratio from which the fork (2026-05 head) rewrites a symmetric turbo K to q8_0.
+TURBO_AUTO_ASYMMETRIC_RATIO = 6
+
+#: Architectures whose layers are all recurrent (no KV cache at all).
+_PURE_RECURRENT = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
+#: Architectures with a fixed SWA pattern in llama-model.cpp (every n-th layer is full).
+_SWA_PATTERN_DEFAULTS = {"gemma2": 2, "gemma3": 6, "gemma3n": 5, "cohere2": 4, "gpt-oss": 2,
+                         "exaone4": 4, "llama4": 4}
+_EXPERT_RE = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch)?exps")
+_BLK_RE = re.compile(r"^blk\.(\d+)\.")
+
+# ggml weight types: (values per block, bytes per block), for tensors without a "bytes" field.
+_GGML_WEIGHT_SIZES: dict[str, tuple[int, int]] = {
+    "F32": (1, 4), "F16": (1, 2), "BF16": (1, 2), "F64": (1, 8), "I8": (1, 1), "I16": (1, 2),
+    "I32": (1, 4), "I64": (1, 8), "Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22),
+    "Q5_1": (32, 24), "Q8_0": (32, 34), "Q8_1": (32, 40), "Q2_K": (256, 84), "Q3_K": (256, 110),
+    "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210), "Q8_K": (256, 292),
+    "IQ2_XXS": (256, 66), "IQ2_XS": (256, 74), "IQ3_XXS": (256, 98), "IQ1_S": (256, 50),
+    "IQ4_NL": (32, 18), "IQ3_S": (256, 110), "IQ2_S": (256, 82), "IQ4_XS": (256, 136),
+    "IQ1_M": (256, 56), "TQ1_0": (256, 54), "TQ2_0": (256, 66), "MXFP4": (32, 17),
+}
+
+
+class PlanError(ValueError):
+    """The model metadata or the flags cannot be planned (missing keys, bad values)."""
+
+
+# ----------------------------------------------------------------------------- geometry
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """What the arithmetic needs from a model's metadata, per layer where it varies."""
+
+    arch: str
+    n_layer: int
+    n_embd: int
+    n_vocab: int
+    n_ctx_train: int | None
+    n_head: tuple[int, ...]
+    n_head_kv: tuple[int, ...]
+    head_k: int
+    head_v: int
+    attention: tuple[bool, ...]  # layer has a KV cache
+    swa: tuple[bool, ...]  # ... limited to the sliding window
+    recurrent: tuple[bool, ...]  # layer has recurrent state
+    n_swa: int
+    rs_bytes_per_layer: int  # recurrent state bytes per layer per sequence (f32)
+    ffn_per_token: int  # FFN width one token touches (experts used x expert width + shared)
+    ssm_width: int
+    notes: tuple[str, ...] = ()
+
+    @property
+    def n_attention_layers(self) -> int:
+        return sum(self.attention)
+
+    @property
+    def n_swa_layers(self) -> int:
+        return sum(1 for a, s in zip(self.attention, self.swa, strict=True) if a and s)
+
+    @property
+    def n_recurrent_layers(self) -> int:
+        return sum(self.recurrent)
+
+    @property
+    def recurrent_bytes_per_seq(self) -> int:
+        return self.rs_bytes_per_layer * self.n_recurrent_layers
+
+    @property
+    def max_gqa_ratio(self) -> float:
+        ratios = [h / kv for h, kv, a in zip(self.n_head, self.n_head_kv, self.attention,
+                                              strict=True) if a and kv > 0]
+        return max(ratios, default=1.0)
+
+
+def _int(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return None
+
+
+def _per_layer(model: ModelFacts, key: str, n_layer: int, default: int | None) -> list[int]:
+    """A key that is a scalar or a per-layer array (e.g. head_count_kv of hybrid models)."""
+    v = model.arch_key(key)
+    if isinstance(v, list) and v:
+        vals = [_int(x) for x in v]
+        if any(x is None for x in vals):
+            raise PlanError(f"{model.name}: {model.architecture}.{key} is not an integer array")
+        out = [int(x) for x in vals if x is not None]
+        return (out + [out[-1]] * n_layer)[:n_layer]
+    iv = _int(v)
+    if iv is None:
+        if default is None:
+            raise PlanError(
+                f"{model.path or model.name}: metadata key {model.architecture}.{key} is missing")
+        iv = default
+    return [iv] * n_layer
+
+
+def geometry(model: ModelFacts) -> Geometry:
+    """Read layer counts, head sizes, layer kinds and recurrent-state sizes from metadata."""
+    arch = model.architecture
+    where = model.path or model.name
+    if not arch:
+        raise PlanError(f"{where}: metadata has no general.architecture")
+    n_layer = _int(model.arch_key("block_count"))
+    n_embd = _int(model.arch_key("embedding_length"))
+    if not n_layer or not n_embd:
+        raise PlanError(f"{where}: metadata lacks {arch}.block_count / {arch}.embedding_length")
+    notes: list[str] = []
+    n_head = _per_layer(model, "attention.head_count", n_layer, 0)
+    n_head_kv = _per_layer(model, "attention.head_count_kv", n_layer, max(n_head))
+    n_head0 = max(n_head) or 1
+    head_k = _int(model.arch_key("attention.key_length")) or n_embd // n_head0
+    head_v = _int(model.arch_key("attention.value_length")) or n_embd // n_head0
+
+    n_vocab = _int(model.arch_key("vocab_size")) or 0
+    if not n_vocab:
+        for t in model.tensors:
+            if t.get("name") in ("token_embd.weight", "output.weight") and t.get("shape"):
+                n_vocab = int(t["shape"][-1])
+                break
+    if not n_vocab:
+        toks = model.metadata.get("tokenizer.ggml.tokens")
+        if isinstance(toks, dict):
+            n_vocab = int(toks.get("array_length") or 0)
+        elif isinstance(toks, list):
+            n_vocab = len(toks)
+
+    # recurrent layers (llama.cpp: recurrent_layer_arr) and layers with a KV cache
+    recurrent = [False] * n_layer
+    attention = [kv > 0 for kv in n_head_kv]
+    interval = _int(model.arch_key("full_attention_interval"))
+    if arch in _PURE_RECURRENT or arch.startswith("rwkv"):
+        recurrent = [True] * n_layer
+        attention = [False] * n_layer
+    elif model.is_recurrent and interval:
+        recurrent = [(il + 1) % interval != 0 for il in range(n_layer)]
+        attention = [not r for r in recurrent]
+    elif model.is_recurrent and any(kv == 0 for kv in n_head_kv):
+        recurrent = [kv == 0 for kv in n_head_kv]
+    elif model.is_recurrent:
+        recurrent = [True] * n_layer
+        notes.append(f"{arch}: layer kinds unknown; counted every layer as both attention and "
+                     "recurrent (conservative)")
+
+    # sliding-window layers
+    n_swa = _int(model.arch_key("attention.sliding_window")) or 0
+    swa = [False] * n_layer
+    if n_swa > 0:
+        pattern = model.arch_key("attention.sliding_window_pattern")
+        if isinstance(pattern, list) and pattern:
+            flags = [bool(x) for x in pattern]
+            swa = (flags * (n_layer // len(flags) + 1))[:n_layer]
+        else:
+            p = _int(pattern) or _SWA_PATTERN_DEFAULTS.get(arch)
+            if p:
+                swa = [il % p < p - 1 for il in range(n_layer)]
+            else:
+                notes.append(f"{arch}: sliding_window set but no layer pattern known; counted "
+                             "every layer as full attention (conservative)")
+
+    # recurrent state per layer per sequence (llama_hparams::n_embd_r / n_embd_s, f32)
+    d_conv = _int(model.arch_key("ssm.conv_kernel")) or 0
+    d_inner = _int(model.arch_key("ssm.inner_size")) or 0
+    d_state = _int(model.arch_key("ssm.state_size")) or 0
+    n_group = _int(model.arch_key("ssm.group_count")) or 0
+    wkv = _int(model.arch_key("wkv.head_size")) or 0
+    shortconv = _int(model.arch_key("shortconv.l_cache")) or 0
+    if wkv:
+        shift = _int(model.arch_key("token_shift_count")) or 2
+        n_r, n_s = shift * n_embd, n_embd * wkv
+    elif shortconv:
+        n_r, n_s = n_embd * (shortconv - 1), 0
+    else:
+        n_r = (d_conv - 1 if d_conv > 0 else 0) * (d_inner + 2 * n_group * d_state)
+        n_s = d_state * d_inner
+    rs_bytes = 4 * (n_r + n_s)
+    if any(recurrent) and rs_bytes == 0:
+        notes.append(f"{arch}: recurrent layers but no ssm.*/wkv.* sizes in the metadata; "
+                     "recurrent state counted as 0")
+
+    n_expert_used = _int(model.arch_key("expert_used_count")) or 0
+    n_ff_exp = _int(model.arch_key("expert_feed_forward_length")) or 0
+    n_ff_sh = _int(model.arch_key("expert_shared_feed_forward_length")) or 0
+    ff = model.arch_key("feed_forward_length")
+    n_ff = max(ff) if isinstance(ff, list) and ff else (_int(ff) or 4 * n_embd)
+    ffn_per_token = n_expert_used * n_ff_exp + n_ff_sh if n_expert_used and n_ff_exp else n_ff
+    ssm_width = d_inner + 2 * n_group * d_state
+
+    if arch in ("deepseek2", "glm4moe_lite", "kimi_k2") or model.arch_key(
+            "attention.kv_lora_rank"):
+        notes.append(f"{arch}: MLA attention is not modelled; K/V use key_length/value_length "
+                     "(an over-estimate)")
+    return Geometry(
+        arch=arch, n_layer=n_layer, n_embd=n_embd, n_vocab=n_vocab,
+        n_ctx_train=model.context_length, n_head=tuple(n_head), n_head_kv=tuple(n_head_kv),
+        head_k=head_k, head_v=head_v, attention=tuple(attention), swa=tuple(swa),
+        recurrent=tuple(recurrent), n_swa=n_swa, rs_bytes_per_layer=rs_bytes,
+        ffn_per_token=ffn_per_token, ssm_width=ssm_width, notes=tuple(notes),
+    )
+
+
+# ----------------------------------------------------------------------------- KV arithmetic
+
+
+def kv_bits(cache_type: str) -> float:
+    """Bits per stored value of a KV cache type (without head padding)."""
+    blk, size = _kv_type(cache_type)
+    return size * 8 / blk
+
+
+def _kv_type(cache_type: str) -> tuple[int, int]:
+    try:
+        return KV_TYPES[cache_type.lower()]
+    except KeyError:
+        raise PlanError(f"unknown KV cache type {cache_type!r} (known: {', '.join(KV_TYPES)})"
+                        ) from None
+
+
+def kv_row_bytes(cache_type: str, n_head_kv: int, head_dim: int) -> int:
+    """Bytes of one token's K (or V) row in one layer: ``ggml_row_size`` of the type.
+
+    TurboQuant types work on blocks of 128 values inside each head, so a head_dim that is not a
+    multiple of 128 is zero-padded (``turbo zero-padding K head_dim 64 -> 128``).
+    """
+    blk, size = _kv_type(cache_type)
+    if cache_type.lower() in TURBO_KV_TYPES:
+        head_dim = -(-head_dim // TURBO_BLOCK) * TURBO_BLOCK
+    n = n_head_kv * head_dim
+    return -(-n // blk) * size
+
+
+def pad(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+# ----------------------------------------------------------------------------- weights
+
+
+def tensor_bytes(t: dict[str, Any]) -> int:
+    """A tensor's data size: its ``bytes`` field, else computed from type and shape."""
+    b = t.get("bytes")
+    if isinstance(b, int) and b >= 0:
+        return b
+    ttype = str(t.get("type", "")).upper()
+    shape = [int(x) for x in t.get("shape") or []]
+    if ttype not in _GGML_WEIGHT_SIZES or not shape:
+        raise PlanError(f"tensor {t.get('name')!r}: no 'bytes' and unknown type {ttype!r}")
+    blk, size = _GGML_WEIGHT_SIZES[ttype]
+    return pad(shape[0], blk) // blk * size * math.prod(shape[1:])
+
+
+@dataclass(frozen=True)
+class Offload:
+    """Where tensors go: ``-ngl``, ``--n-cpu-moe``/``--cpu-moe`` and ``-ot`` host patterns."""
+
+    n_gpu_layers: int | None = None  # None/negative: all layers and the output layer
+    n_cpu_moe: int = 0  # experts of the first N layers on the host
+    cpu_moe: bool = False  # all experts on the host
+    host_patterns: tuple[str, ...] = ()  # -ot regexes whose buffer type is CPU
+    gpu_patterns: tuple[str, ...] = ()  # -ot regexes pinned to a GPU buffer
+
+
+def _placement(name: str, n_layer: int, i_gpu_start: int, output_on_gpu: bool,
+               off: Offload) -> bool:
+    """True when a tensor is stored on the GPU."""
+    for pat in off.gpu_patterns:
+        if re.search(pat, name):
+            return True
+    for pat in off.host_patterns:
+        if re.search(pat, name):
+            return False
+    m = _BLK_RE.match(name)
+    if m:
+        il = int(m.group(1))
+        if _EXPERT_RE.search(name) and (off.cpu_moe or il < off.n_cpu_moe):
+            return False
+        return i_gpu_start <= il < n_layer or (il >= n_layer and output_on_gpu)
+    if name.startswith(("token_embd", "position_embd", "token_types")):
+        return False  # the input layer always stays on the host
+    return output_on_gpu
+
+
+@dataclass(frozen=True)
+class Weights:
+    gpu_bytes: int
+    host_bytes: int
+    n_gpu_layers: int  # effective, 0..n_layer+1
+
+
+def weights_split(model: ModelFacts, geo: Geometry, off: Offload) -> Weights:
+    n_layer = geo.n_layer
+    ngl = n_layer + 1 if off.n_gpu_layers is None or off.n_gpu_layers < 0 else min(
+        off.n_gpu_layers, n_layer + 1)
+    i_gpu_start = max(n_layer - ngl, 0)
+    output_on_gpu = ngl > n_layer
+    gpu = host = 0
+    names = set()
+    for t in model.tensors:
+        name = str(t.get("name", ""))
+        names.add(name)
+        b = tensor_bytes(t)
+        if _placement(name, n_layer, i_gpu_start, output_on_gpu, off):
+            gpu += b
+        else:
+            host += b
+    # Tied embeddings: without output.weight llama.cpp loads token_embd a second time as the
+    # output matrix, on the output layer's device.
+    if "output.weight" not in names and output_on_gpu:
+        for t in model.tensors:
+            if t.get("name") == "token_embd.weight":
+                gpu += tensor_bytes(t)
+    return Weights(gpu, host, ngl)
+
+
+# ----------------------------------------------------------------------------- the plan
+
+
+@dataclass
+class Plan:
+    """Memory per component in MiB, plus the settings it was computed for."""
+
+    model: str
+    arch: str
+    n_ctx: int  # total KV cells (padded), as llama.cpp's n_ctx
+    n_ctx_seq: int  # context per slot
+    n_parallel: int
+    kv_unified: bool
+    cache_type_k: str  # effective (after the fork's auto-asymmetric rewrite, if modelled)
+    cache_type_v: str
+    flash_attn: bool
+    n_gpu_layers: int
+    n_cpu_moe: int
+    cpu_moe: bool
+    n_ubatch: int
+    weights_gpu_mib: float
+    weights_host_mib: float
+    kv_k_mib: float
+    kv_v_mib: float
+    kv_host_mib: float  # part of K+V kept on the host (-nkvo, layers not offloaded)
+    recurrent_mib: float
+    recurrent_per_slot_mib: float
+    recurrent_host_mib: float
+    checkpoints_mib: float  # host RAM, worst case
+    checkpoint_each_mib: float
+    n_checkpoints: int
+    mmproj_mib: float
+    compute_logits_mib: float
+    compute_mask_mib: float
+    compute_activations_mib: float
+    compute_kq_mib: float
+    compute_fa_staging_mib: float
+    cuda_overhead_mib: float
+    compute_mib: float  # all of the compute_* above plus the CUDA overhead
+    total_gpu_mib: float
+    cache_ram_mib: float  # --cache-ram limit (host); -1 = no limit
+    total_host_mib: float
+    n_attention_layers: int
+    n_swa_layers: int
+    n_recurrent_layers: int
+    turbo_auto_asymmetric: bool  # the fork would rewrite K to q8_0 (see notes)
+    notes: list[str] = field(default_factory=list)
+    vram_mib: float | None = None
+    margin_mib: float = DEFAULT_MARGIN_MIB
+    fits: bool | None = None
+
+    def as_dict(self) -> dict[str, float | int | bool | str]:
+        out: dict[str, float | int | bool | str] = {}
+        for k, v in self.__dict__.items():
+            if k == "notes":
+                out[k] = "; ".join(self.notes)
+            elif v is None:
+                continue
+            elif isinstance(v, float):
+                out[k] = round(v, 3)
+            else:
+                out[k] = v
+        return out
+
+    @property
+    def free_mib(self) -> float | None:
+        return None if self.vram_mib is None else self.vram_mib - self.total_gpu_mib
+
+
+def fits(plan: Plan, vram_mib: float, margin_mib: float = DEFAULT_MARGIN_MIB) -> bool:
+    """Whether the plan's GPU total stays below ``vram_mib - margin_mib``."""
+    return plan.total_gpu_mib <= vram_mib - margin_mib
+
+
+def with_vram(plan: Plan, vram_mib: float, margin_mib: float = DEFAULT_MARGIN_MIB) -> Plan:
+    """The plan with ``vram_mib``, ``margin_mib`` and ``fits`` filled in."""
+    return replace(plan, vram_mib=float(vram_mib), margin_mib=float(margin_mib),
+                   fits=fits(plan, vram_mib, margin_mib))
+
+
+def _gpu_layers(cfg: ServerConfig) -> int | None:
+    v = cfg.value("--gpu-layers")
+    if v is None or v.strip().lower() in ("auto", "all"):
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        raise PlanError(f"{cfg.path}: -ngl {v!r} is not an integer, 'auto' or 'all'") from None
+
+
+def offload_from_config(cfg: ServerConfig) -> Offload:
+    host: list[str] = []
+    gpu: list[str] = []
+    for opt in cfg.options:
+        if opt.canonical != "--override-tensor" or not opt.value or opt.negated:
+            continue
+        for item in opt.value.split(","):
+            pat, eq, buft = item.partition("=")
+            if not eq:
+                continue
+            (host if buft.strip().upper().startswith("CPU") else gpu).append(pat.strip())
+    return Offload(
+        n_gpu_layers=_gpu_layers(cfg),
+        n_cpu_moe=max(cfg.int_value("--n-cpu-moe") or 0, 0),
+        cpu_moe=cfg.has("--cpu-moe"),
+        host_patterns=tuple(host),
+        gpu_patterns=tuple(gpu),
+    )
+
+
+def estimate(model: ModelFacts, cfg: ServerConfig, *, auto_asymmetric: bool = False,
+             geo: Geometry | None = None, weights: Weights | None = None) -> Plan:
+    """Memory needed by llama-server for ``model`` started with the flags in ``cfg``.
+
+    ``auto_asymmetric``: model the TurboQuant fork's 2026-05 behaviour that rewrites a symmetric
+    turbo K to q8_0 when the query/KV head ratio is >= 6 (``TURBO_AUTO_ASYMMETRIC``). Off by
+    default: the seed guide's build honoured turbo K. Either way the plan carries a note.
+    ``geo``/``weights`` let callers (``suggest``) reuse work that does not depend on ``cfg``.
+    """
+    geo = geo or geometry(model)
+    notes = list(geo.notes)
+    where = cfg.path
+
+    # --- slots and context
+    np_flag = cfg.int_value("--parallel")
+    if np_flag == 0:
+        raise PlanError(f"{where}: -np 0 is rejected by llama-server (use -1 for auto or N >= 1)")
+    auto_np = np_flag is None or np_flag < 0
+    n_parallel = DEFAULT_N_PARALLEL_AUTO if auto_np else int(np_flag or 1)
+    kvu = cfg.bool_value("--kv-unified")
+    kv_unified = auto_np if kvu is None else kvu
+
+    ctx_flag = cfg.int_value("--ctx-size")
+    if ctx_flag is None or ctx_flag <= 0:
+        if not geo.n_ctx_train:
+            raise PlanError(f"{where}: no -c given and the model has no context_length")
+        ctx_req = geo.n_ctx_train
+        notes.append(f"-c not set: llama-server uses the training context {ctx_req}"
+                     + (" (--fit may shrink it)" if ctx_flag is None else ""))
+    else:
+        ctx_req = ctx_flag
+    n_ctx = pad(ctx_req, CTX_PAD)
+    if kv_unified:
+        n_ctx_seq = n_ctx
+        n_stream = 1
+    else:
+        n_ctx_seq = pad(n_ctx // n_parallel, CTX_PAD)
+        if n_ctx_seq == 0:
+            raise PlanError(f"{where}: -c {ctx_req} split over {n_parallel} slots gives 0")
+        n_ctx = n_ctx_seq * n_parallel
+        n_stream = n_parallel
+        if n_parallel > 1:
+            notes.append(f"--no-kv-unified with {n_parallel} slots: each request gets "
+                         f"{n_ctx_seq} tokens, not {ctx_req}")
+    if geo.n_ctx_train and n_ctx_seq > geo.n_ctx_train:
+        notes.append(f"slot context {n_ctx_seq} exceeds the training context "
+                     f"{geo.n_ctx_train}: llama-server caps each slot at it (memory is still "
+                     "allocated for the full -c)")
+    n_batch = cfg.int_value("--batch-size") or DEFAULT_N_BATCH
+    n_ubatch = min(cfg.int_value("--ubatch-size") or DEFAULT_N_UBATCH, n_batch)
+
+    # --- cache types and flash attention
+    type_k = (cfg.value("--cache-type-k") or "f16").lower()
+    type_v = (cfg.value("--cache-type-v") or "f16").lower()
+    _kv_type(type_k)
+    _kv_type(type_v)
+    fa_flag = (cfg.value("--flash-attn") or "auto").lower()
+    turbo = type_k in TURBO_KV_TYPES or type_v in TURBO_KV_TYPES
+    if fa_flag in ("off", "0", "false", "disabled"):
+        flash_attn = False
+        if turbo:
+            flash_attn = True
+            notes.append("turbo cache types switch flash attention on (-fa off is overridden)")
+        elif type_v not in UNQUANTIZED_KV_TYPES:
+            notes.append(f"-fa off with a quantized V cache ({type_v}) is refused by llama.cpp")
+    else:
+        flash_attn = True  # auto: on for CUDA builds that support the head size
+    if type_v in ("tq5_0", "tq6_0"):
+        notes.append(f"{type_v} is a K-only TurboQuant type; the fork rejects it for V")
+    auto_asym = (
+        type_k == type_v and type_k in ("turbo2", "turbo3", "turbo4")
+        and geo.max_gqa_ratio >= TURBO_AUTO_ASYMMETRIC_RATIO and geo.n_attention_layers > 0
+    )
+    eff_k = type_k
+    if auto_asym:
+        if auto_asymmetric:
+            eff_k = "q8_0"
+            notes.append(f"symmetric {type_k} K with head ratio {geo.max_gqa_ratio:g} >= 6: the "
+                         "fork's 2026-05 build rewrites K to q8_0 (TURBO_AUTO_ASYMMETRIC); "
+                         "modelled as q8_0")
+        else:
+            alt = _kv_total(geo, "q8_0", "k", n_ctx_seq=n_ctx_seq, n_stream=n_stream,
+                            n_parallel=n_parallel, unified=kv_unified, n_ubatch=n_ubatch,
+                            swa_full=cfg.has("--swa-full")) / MIB
+            notes.append(f"symmetric {type_k} K with head ratio {geo.max_gqa_ratio:g} >= 6: the "
+                         "fork's 2026-05 build silently uses q8_0 K instead "
+                         f"(K {alt:.2f} MiB; TURBO_AUTO_ASYMMETRIC=0 keeps {type_k}); "
+                         "planned as the seed's older build")
+    for t, which, hd in ((eff_k, "K", geo.head_k), (type_v, "V", geo.head_v)):
+        blk = _kv_type(t)[0]
+        if t in TURBO_KV_TYPES and hd % TURBO_BLOCK:
+            notes.append(f"{which} head_dim {hd} is zero-padded to {pad(hd, TURBO_BLOCK)} for "
+                         f"{t}: the saving shrinks")
+        elif t not in TURBO_KV_TYPES and blk > 1 and (hd % blk):
+            notes.append(f"{which} head_dim {hd} is not a multiple of {blk}: llama.cpp cannot "
+                         f"use {t} for this model")
+
+    # --- weights
+    off = offload_from_config(cfg)
+    w = weights or weights_split(model, geo, off)
+    i_gpu_start = max(geo.n_layer - w.n_gpu_layers, 0)
+    kv_offload = cfg.bool_value("--kv-offload") is not False
+    swa_full = cfg.has("--swa-full")
+
+    # --- K/V per layer, recurrent state per layer (each on its layer's device)
+    k_bytes = v_bytes = kv_host = 0
+    rs_bytes = rs_host = 0
+    swa_cells = _swa_cells(geo, n_ctx_seq, n_parallel=n_parallel, unified=kv_unified,
+                           n_ubatch=n_ubatch, swa_full=swa_full)
+    for il in range(geo.n_layer):
+        on_gpu = il >= i_gpu_start
+        if geo.attention[il]:
+            cells = (swa_cells if geo.swa[il] else n_ctx_seq) * n_stream
+            kb = kv_row_bytes(eff_k, geo.n_head_kv[il], geo.head_k) * cells
+            vb = kv_row_bytes(type_v, geo.n_head_kv[il], geo.head_v) * cells
+            k_bytes += kb
+            v_bytes += vb
+            if not (on_gpu and kv_offload):
+                kv_host += kb + vb
+        if geo.recurrent[il]:
+            rb = geo.rs_bytes_per_layer * max(1, n_parallel)
+            rs_bytes += rb
+            if not on_gpu:
+                rs_host += rb
+    if geo.n_swa_layers and swa_full:
+        notes.append("--swa-full: SWA layers hold the full context")
+
+    # --- context checkpoints (host RAM; each a snapshot of one sequence's recurrent state and
+    # SWA window, taken while a prompt is processed; at most N per slot)
+    n_ckpt = cfg.int_value("--ctx-checkpoints")
+    n_ckpt = DEFAULT_CTX_CHECKPOINTS if n_ckpt is None else max(n_ckpt, 0)
+    swa_seq_bytes = 0
+    if geo.n_swa_layers and not swa_full:
+        per_seq = min(n_ctx_seq, geo.n_swa + n_ubatch)
+        for il in range(geo.n_layer):
+            if geo.attention[il] and geo.swa[il]:
+                swa_seq_bytes += per_seq * (kv_row_bytes(eff_k, geo.n_head_kv[il], geo.head_k)
+                                            + kv_row_bytes(type_v, geo.n_head_kv[il], geo.head_v))
+    ckpt_each = geo.recurrent_bytes_per_seq + swa_seq_bytes
+    checkpoints = ckpt_each * n_ckpt * n_parallel
+
+    # --- multimodal projector
+    mmproj_bytes = 0
+    mmproj = cfg.value("--mmproj")
+    if mmproj:
+        if cfg.bool_value("--mmproj-offload") is False:
+            notes.append("--no-mmproj-offload: the projector stays on the host")
+        elif os.path.isfile(mmproj):
+            mmproj_bytes = os.path.getsize(mmproj)
+        else:
+            notes.append(f"--mmproj {mmproj}: file not readable here; its size is not counted")
+
+    # --- compute (estimate)
+    any_gpu = w.n_gpu_layers > 0
+    logits = n_ubatch * geo.n_vocab * 4 if w.n_gpu_layers > geo.n_layer else 0
+    mask_cells = n_ctx_seq if not kv_unified else n_ctx
+    mask_elt = 2 if flash_attn else 4
+    mask = 0
+    if geo.n_attention_layers > geo.n_swa_layers:
+        mask += mask_cells * pad(n_ubatch, 64) * mask_elt
+    if geo.n_swa_layers:
+        mask += swa_cells * pad(n_ubatch, 64) * mask_elt
+    kq = 0
+    if not flash_attn and geo.n_attention_layers:
+        kq = mask_cells * n_ubatch * max(geo.n_head) * 4
+        notes.append(f"flash attention off: the KQ matrix takes {kq / MIB:.0f} MiB per layer pass")
+    q_width = max(geo.n_head) * geo.head_k * 2
+    acts = n_ubatch * 4 * (4 * geo.n_embd + 2 * q_width + 3 * geo.ffn_per_token
+                           + (3 * geo.ssm_width if geo.n_recurrent_layers else 0))
+    staging = 0
+    if flash_attn and geo.n_attention_layers:
+        # upstream CUDA flash attention converts a quantized K/V (one layer's view) to f16 in
+        # its pool for prompt batches; the fork's turbo kernels read their blocks directly
+        for t, hd in ((eff_k, geo.head_k), (type_v, geo.head_v)):
+            if t not in UNQUANTIZED_KV_TYPES and t not in TURBO_KV_TYPES:
+                staging += mask_cells * max(geo.n_head_kv) * hd * 2
+    overhead = CUDA_OVERHEAD_MIB * MIB if any_gpu else 0
+    if not any_gpu:
+        logits = mask = kq = acts = staging = 0
+    compute = logits + mask + kq + acts + staging + overhead
+
+    total_gpu = (w.gpu_bytes + (k_bytes + v_bytes - kv_host) + (rs_bytes - rs_host)
+                 + mmproj_bytes + compute)
+    cache_ram = cfg.int_value("--cache-ram")
+    cache_ram = DEFAULT_CACHE_RAM_MIB if cache_ram is None else cache_ram
+    total_host = (w.host_bytes + kv_host + rs_host + checkpoints
+                  + max(cache_ram, 0) * MIB)
+    if cache_ram < 0:
+        notes.append("--cache-ram -1: no limit upstream (half of free RAM in the fork); not "
+                     "counted in total_host_mib")
+    if off.n_gpu_layers is None and not (off.cpu_moe or off.n_cpu_moe or off.host_patterns):
+        notes.append("-ngl not set: planned with every layer on the GPU (--fit may move some)")
+
+    return Plan(
+        model=model.name, arch=geo.arch, n_ctx=n_ctx, n_ctx_seq=n_ctx_seq,
+        n_parallel=n_parallel, kv_unified=kv_unified, cache_type_k=eff_k, cache_type_v=type_v,
+        flash_attn=flash_attn, n_gpu_layers=w.n_gpu_layers, n_cpu_moe=off.n_cpu_moe,
+        cpu_moe=off.cpu_moe, n_ubatch=n_ubatch,
+        weights_gpu_mib=w.gpu_bytes / MIB, weights_host_mib=w.host_bytes / MIB,
+        kv_k_mib=k_bytes / MIB, kv_v_mib=v_bytes / MIB, kv_host_mib=kv_host / MIB,
+        recurrent_mib=rs_bytes / MIB, recurrent_per_slot_mib=geo.recurrent_bytes_per_seq / MIB,
+        recurrent_host_mib=rs_host / MIB, checkpoints_mib=checkpoints / MIB,
+        checkpoint_each_mib=ckpt_each / MIB, n_checkpoints=n_ckpt,
+        mmproj_mib=mmproj_bytes / MIB, compute_logits_mib=logits / MIB,
+        compute_mask_mib=mask / MIB, compute_activations_mib=acts / MIB,
+        compute_kq_mib=kq / MIB, compute_fa_staging_mib=staging / MIB,
+        cuda_overhead_mib=overhead / MIB, compute_mib=compute / MIB,
+        total_gpu_mib=total_gpu / MIB, cache_ram_mib=float(cache_ram),
+        total_host_mib=total_host / MIB, n_attention_layers=geo.n_attention_layers,
+        n_swa_layers=geo.n_swa_layers, n_recurrent_layers=geo.n_recurrent_layers,
+        turbo_auto_asymmetric=auto_asym, notes=notes,
+    )
+
+
+def _swa_cells(geo: Geometry, n_ctx_seq: int, *, n_parallel: int, unified: bool,
+               n_ubatch: int, swa_full: bool) -> int:
+    """KV cells per stream of an SWA layer (llama-kv-cache-iswa.cpp)."""
+    if not geo.n_swa or swa_full:
+        return n_ctx_seq
+    return min(n_ctx_seq, pad(geo.n_swa * (n_parallel if unified else 1) + n_ubatch, CTX_PAD))
+
+
+def _kv_total(geo: Geometry, cache_type: str, which: str, *, n_ctx_seq: int, n_stream: int,
+              n_parallel: int, unified: bool, n_ubatch: int, swa_full: bool) -> int:
+    swa_cells = _swa_cells(geo, n_ctx_seq, n_parallel=n_parallel, unified=unified,
+                           n_ubatch=n_ubatch, swa_full=swa_full)
+    hd = geo.head_k if which == "k" else geo.head_v
+    total = 0
+    for il in range(geo.n_layer):
+        if geo.attention[il]:
+            cells = (swa_cells if geo.swa[il] else n_ctx_seq) * n_stream
+            total += kv_row_bytes(cache_type, geo.n_head_kv[il], hd) * cells
+    return total
+
+
+def estimate_argv(model: ModelFacts, argv: Sequence[str], **kw: Any) -> Plan:
+    """:func:`estimate` for a plain list of llama-server flags."""
+    return estimate(model, parse_argv_list(list(argv)), **kw)
+
+
+# ----------------------------------------------------------------------------- suggest
+
+#: (K, V) pairs from best quality to cheapest. Turbo K is left out by default: the fork warns
+#: against it and its 2026-05 build rewrites a symmetric turbo K to q8_0 on large-GQA models.
+KV_CHOICES_TURBO: tuple[tuple[str, str], ...] = (
+    ("f16", "f16"), ("q8_0", "q8_0"), ("q8_0", "turbo4"), ("q8_0", "turbo3"), ("q8_0", "turbo2"),
+)
+KV_CHOICES_UPSTREAM: tuple[tuple[str, str], ...] = (
+    ("f16", "f16"), ("q8_0", "q8_0"), ("q8_0", "q4_0"), ("q4_0", "q4_0"),
+)
+#: Typical memory (MiB, as nvidia-smi reports it) of common GPU sizes, for the docs table.
+GPU_SIZES_MIB: dict[str, float] = {
+    "8 GB": 8188.0, "12 GB": 12282.0, "16 GB": 16376.0, "24 GB": 24564.0, "80 GB": 81559.0,
+}
+CTX_STEP = 4096
+
+
+@dataclass
+class Suggestion:
+    """One proposed server configuration and its plan (``plan.fits`` is set)."""
+
+    ctx: int
+    cache_type_k: str
+    cache_type_v: str
+    n_gpu_layers: int | None  # None = all (printed as -ngl 99)
+    n_cpu_moe: int
+    cpu_moe: bool
+    n_parallel: int  # -1 = auto (4 slots, unified KV)
+    plan: Plan
+    notes: list[str] = field(default_factory=list)
+
+    def args(self) -> list[str]:
+        out = ["-c", str(self.ctx), "-ctk", self.cache_type_k, "-ctv", self.cache_type_v,
+               "-ngl", "99" if self.n_gpu_layers is None else str(self.n_gpu_layers)]
+        if self.cpu_moe:
+            out.append("--cpu-moe")
+        elif self.n_cpu_moe:
+            out += ["--n-cpu-moe", str(self.n_cpu_moe)]
+        if self.n_parallel > 0:
+            out += ["-np", str(self.n_parallel)]
+        return out
+
+    def as_dict(self) -> dict[str, float | int | bool | str]:
+        d: dict[str, float | int | bool | str] = {
+            "ctx": self.ctx, "cache_type_k": self.cache_type_k,
+            "cache_type_v": self.cache_type_v,
+            "n_gpu_layers": -1 if self.n_gpu_layers is None else self.n_gpu_layers,
+            "n_cpu_moe": self.n_cpu_moe, "cpu_moe": self.cpu_moe,
+            "n_parallel": self.n_parallel, "args": " ".join(self.args()),
+            "suggestion_notes": "; ".join(self.notes),
+        }
+        d.update(self.plan.as_dict())
+        return d
+
+
+def _offload_ladder(geo: Geometry, model: ModelFacts) -> list[Offload]:
+    """Offload settings from most to least on the GPU."""
+    has_experts = any(_EXPERT_RE.search(str(t.get("name", ""))) for t in model.tensors)
+    ladder = [Offload(None)]
+    if has_experts:
+        ladder += [Offload(None, n_cpu_moe=n) for n in range(1, geo.n_layer)]
+        ladder.append(Offload(None, cpu_moe=True))
+        base = Offload(None, cpu_moe=True)
+    else:
+        base = Offload(None)
+    ladder += [replace(base, n_gpu_layers=n) for n in range(geo.n_layer, -1, -1)]
+    return ladder
+
+
+def suggest(model: ModelFacts, vram_mib: float, want_ctx: int | None = None, *,
+            margin_mib: float = DEFAULT_MARGIN_MIB, turbo: bool = True,
+            allow_turbo_k: bool = False, min_ctx: int = 32768,
+            slot_choices: Sequence[int] = (-1, 1), extra_args: Sequence[str] = (),
+            geo: Geometry | None = None) -> list[Suggestion]:
+    """Propose configurations that fit ``vram_mib`` with ``margin_mib`` free, best first.
+
+    Preference, in order: (1) full GPU offload; (2) the largest context up to ``want_ctx``
+    (default: the training context); (3) better KV types before cheaper ones; (4) the default
+    4 auto slots before a single slot. Full offload wins as long as it reaches ``min_ctx``;
+    otherwise experts move to the host one layer at a time (MoE models: ``--n-cpu-moe``), or
+    layers do (dense models: ``-ngl``), until ``want_ctx`` fits. ``turbo``: the build has the
+    TurboQuant types. The list holds the winner first, then the best fit for each other KV pair.
+    """
+    geo = geo or geometry(model)
+    want = want_ctx or geo.n_ctx_train or 131072
+    choices = list(KV_CHOICES_TURBO if turbo else KV_CHOICES_UPSTREAM)
+    if turbo and allow_turbo_k:
+        choices += [("turbo4", "turbo4"), ("turbo3", "turbo3"), ("turbo2", "turbo2")]
+    budget = vram_mib - margin_mib
+
+    def cfg_for(ctx: int, k: str, v: str, np_: int) -> ServerConfig:
+        argv = ["-c", str(ctx), "-ctk", k, "-ctv", v, "-np", str(np_), *extra_args]
+        return parse_argv_list(argv)
+
+    def best_for(off: Offload, w: Weights) -> list[Suggestion]:
+        found: list[Suggestion] = []
+        for k, v in choices:
+            for np_ in slot_choices:
+                def total(ctx: int, k: str = k, v: str = v, np_: int = np_) -> float:
+                    p = estimate(model, cfg_for(ctx, k, v, np_), geo=geo, weights=w)
+                    return p.total_gpu_mib
+                if total(CTX_STEP) > budget:
+                    continue
+                lo, hi = 1, max(want // CTX_STEP, 1)
+                if total(hi * CTX_STEP) <= budget:
+                    lo = hi
+                else:
+                    while hi - lo > 1:
+                        mid = (lo + hi) // 2
+                        if total(mid * CTX_STEP) <= budget:
+                            lo = mid
+                        else:
+                            hi = mid
+                ctx = min(lo * CTX_STEP, want) if lo == max(want // CTX_STEP, 1) else lo * CTX_STEP
+                plan = with_vram(estimate(model, cfg_for(ctx, k, v, np_), geo=geo, weights=w),
+                                 vram_mib, margin_mib)
+                found.append(Suggestion(ctx, k, v, off.n_gpu_layers, off.n_cpu_moe, off.cpu_moe,
+                                        np_, plan))
+                break  # the first slot choice that fits is the preferred one for this pair
+        # largest context first; among equal contexts the better KV pair (list order)
+        order = {kv: i for i, kv in enumerate(choices)}
+        found.sort(key=lambda s: (-s.ctx, order[(s.cache_type_k, s.cache_type_v)]))
+        return found
+
+    ladder = _offload_ladder(geo, model)
+    target = min(want, max(min_ctx, 0))
+    chosen: list[Suggestion] = []
+    fallback: list[Suggestion] = []
+    for i, off in enumerate(ladder):
+        w = weights_split(model, geo, off)
+        if w.gpu_bytes / MIB > budget:
+            continue
+        found = best_for(off, w)
+        if not found:
+            continue
+        if not fallback:
+            fallback = found
+        top = found[0].ctx
+        if (i == 0 and top >= target) or top >= want:
+            chosen = found
+            break
+    result = chosen or fallback
+    for s in result:
+        if s.n_parallel == 1:
+            s.notes.append("1 slot: keep --cache-ram > 0 so side requests do not evict the "
+                           "main prompt")
+        if s.cache_type_k in TURBO_KV_TYPES or s.cache_type_v in TURBO_KV_TYPES:
+            s.notes.append("needs the TurboQuant fork")
+    return result
+
+
+def suggestion_table(model: ModelFacts, sizes: dict[str, float] | None = None,
+                     want_ctx: int | None = None, **kw: Any) -> list[tuple[str, Suggestion | None]]:
+    """The best suggestion for each GPU size (``GPU_SIZES_MIB`` by default)."""
+    geo = geometry(model)
+    rows: list[tuple[str, Suggestion | None]] = []
+    for label, mib in (sizes or GPU_SIZES_MIB).items():
+        found = suggest(model, mib, want_ctx, geo=geo, **kw)
+        rows.append((label, found[0] if found else None))
+    return rows
+
+
+def format_table(rows: Iterable[tuple[str, Suggestion | None]]) -> str:
+    """A Markdown table of :func:`suggestion_table` rows."""
+    lines = [
+        "| GPU | VRAM MiB | ctx | -ctk / -ctv | offload | -np | GPU total MiB | free MiB |",
+        "|---|---:|---:|---|---|---|---:|---:|",
+    ]
+    for label, s in rows:
+        if s is None:
+            lines.append(f"| {label} | | does not fit | | | | | |")
+            continue
+        p = s.plan
+        if s.cpu_moe:
+            offl = "-ngl 99 --cpu-moe"
+        elif s.n_cpu_moe:
+            offl = f"-ngl 99 --n-cpu-moe {s.n_cpu_moe}"
+        elif s.n_gpu_layers is not None:
+            offl = f"-ngl {s.n_gpu_layers}"
+        else:
+            offl = "-ngl 99 (all)"
+        npd = "auto (4, unified)" if s.n_parallel < 0 else str(s.n_parallel)
+        lines.append(
+            f"| {label} | {p.vram_mib:.0f} | {s.ctx} | {s.cache_type_k} / {s.cache_type_v} | "
+            f"{offl} | {npd} | {p.total_gpu_mib:.0f} | {p.free_mib or 0:.0f} |")
+    return "\n".join(lines)
