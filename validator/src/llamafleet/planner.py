@@ -756,7 +756,9 @@ KV_CHOICES_UPSTREAM: tuple[tuple[str, str], ...] = (
 GPU_SIZES_MIB: dict[str, float] = {
     "8 GB": 8188.0, "12 GB": 12282.0, "16 GB": 16376.0, "24 GB": 24564.0, "80 GB": 81559.0,
 }
-CTX_STEP = 4096
+CTX_STEP = 16384
+#: Context a suggestion aims for unless told: Claude Code's 200K-token window (200 x 1024).
+DEFAULT_WANT_CTX = 204800
 
 
 @dataclass
@@ -815,18 +817,20 @@ def suggest(model: ModelFacts, vram_mib: float, want_ctx: int | None = None, *,
             margin_mib: float = DEFAULT_MARGIN_MIB, turbo: bool = True,
             allow_turbo_k: bool = False, min_ctx: int = 32768,
             slot_choices: Sequence[int] = (-1, 1), extra_args: Sequence[str] = (),
-            geo: Geometry | None = None) -> list[Suggestion]:
+            ctx_step: int = CTX_STEP, geo: Geometry | None = None) -> list[Suggestion]:
     """Propose configurations that fit ``vram_mib`` with ``margin_mib`` free, best first.
 
     Preference, in order: (1) full GPU offload; (2) the largest context up to ``want_ctx``
-    (default: the training context); (3) better KV types before cheaper ones; (4) the default
-    4 auto slots before a single slot. Full offload wins as long as it reaches ``min_ctx``;
-    otherwise experts move to the host one layer at a time (MoE models: ``--n-cpu-moe``), or
-    layers do (dense models: ``-ngl``), until ``want_ctx`` fits. ``turbo``: the build has the
-    TurboQuant types. The list holds the winner first, then the best fit for each other KV pair.
+    (default 204800 tokens, Claude Code's 200K window, capped at the training context), on a grid
+    of ``ctx_step`` tokens plus ``want_ctx`` itself; (3) better KV types before cheaper ones;
+    (4) the default 4 auto slots before a single slot. Full offload wins as long as it reaches
+    ``min_ctx``; otherwise experts move to the host one layer at a time (MoE models:
+    ``--n-cpu-moe``), or layers do (dense models: ``-ngl``), until ``want_ctx`` fits.
+    ``turbo``: the build has the TurboQuant types. The list holds the winner first, then the
+    best fit for each other KV pair.
     """
     geo = geo or geometry(model)
-    want = want_ctx or geo.n_ctx_train or 131072
+    want = want_ctx or min(geo.n_ctx_train or DEFAULT_WANT_CTX, DEFAULT_WANT_CTX)
     choices = list(KV_CHOICES_TURBO if turbo else KV_CHOICES_UPSTREAM)
     if turbo and allow_turbo_k:
         choices += [("turbo4", "turbo4"), ("turbo3", "turbo3"), ("turbo2", "turbo2")]
@@ -836,35 +840,44 @@ def suggest(model: ModelFacts, vram_mib: float, want_ctx: int | None = None, *,
         argv = ["-c", str(ctx), "-ctk", k, "-ctv", v, "-np", str(np_), *extra_args]
         return parse_argv_list(argv)
 
+    grid = sorted({*range(ctx_step, want, ctx_step), want})
+
     def best_for(off: Offload, w: Weights) -> list[Suggestion]:
         found: list[Suggestion] = []
         for k, v in choices:
             for np_ in slot_choices:
-                def total(ctx: int, k: str = k, v: str = v, np_: int = np_) -> float:
-                    p = estimate(model, cfg_for(ctx, k, v, np_), geo=geo, weights=w)
-                    return p.total_gpu_mib
-                if total(CTX_STEP) > budget:
+                def ok(i: int, k: str = k, v: str = v, np_: int = np_) -> bool:
+                    p = estimate(model, cfg_for(grid[i], k, v, np_), geo=geo, weights=w)
+                    return p.total_gpu_mib <= budget
+                if not ok(0):
                     continue
-                lo, hi = 1, max(want // CTX_STEP, 1)
-                if total(hi * CTX_STEP) <= budget:
+                lo, hi = 0, len(grid) - 1  # ok(lo) holds; find the last index that fits
+                if ok(hi):
                     lo = hi
-                else:
-                    while hi - lo > 1:
-                        mid = (lo + hi) // 2
-                        if total(mid * CTX_STEP) <= budget:
-                            lo = mid
-                        else:
-                            hi = mid
-                ctx = min(lo * CTX_STEP, want) if lo == max(want // CTX_STEP, 1) else lo * CTX_STEP
+                while hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    if ok(mid):
+                        lo = mid
+                    else:
+                        hi = mid
+                ctx = grid[lo]
                 plan = with_vram(estimate(model, cfg_for(ctx, k, v, np_), geo=geo, weights=w),
                                  vram_mib, margin_mib)
                 found.append(Suggestion(ctx, k, v, off.n_gpu_layers, off.n_cpu_moe, off.cpu_moe,
                                         np_, plan))
-                break  # the first slot choice that fits is the preferred one for this pair
-        # largest context first; among equal contexts the better KV pair (list order)
-        order = {kv: i for i, kv in enumerate(choices)}
-        found.sort(key=lambda s: (-s.ctx, order[(s.cache_type_k, s.cache_type_v)]))
-        return found
+        # largest context first, then the better KV pair, then more slots (list orders)
+        kv_rank = {kv: i for i, kv in enumerate(choices)}
+        np_rank = {n: i for i, n in enumerate(slot_choices)}
+        found.sort(key=lambda s: (-s.ctx, kv_rank[(s.cache_type_k, s.cache_type_v)],
+                                  np_rank[s.n_parallel]))
+        # one entry per KV pair: its best slot choice
+        seen: set[tuple[str, str]] = set()
+        unique: list[Suggestion] = []
+        for sg in found:
+            if (sg.cache_type_k, sg.cache_type_v) not in seen:
+                seen.add((sg.cache_type_k, sg.cache_type_v))
+                unique.append(sg)
+        return unique
 
     ladder = _offload_ladder(geo, model)
     target = min(want, max(min_ctx, 0))
