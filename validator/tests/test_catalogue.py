@@ -1,4 +1,4 @@
-"""The catalogue's own invariants: schema, unique ids, docs page, fixtures and predicate per rule."""
+"""Catalogue invariants: schema, unique ids, a docs page, fixtures and a predicate per rule."""
 
 from __future__ import annotations
 

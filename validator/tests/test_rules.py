@@ -20,8 +20,11 @@ def _cases() -> list[Any]:
         data = yaml.safe_load(path.read_text())
         for kind in ("fail", "pass"):
             for case in data.get(kind) or []:
-                params.append(pytest.param(data["rule"], kind, case,
-                                           id=f"{data['rule']}-{kind}-{case['name']}"))
+                params.append(
+                    pytest.param(
+                        data["rule"], kind, case, id=f"{data['rule']}-{kind}-{case['name']}"
+                    )
+                )
     return params
 
 
@@ -39,8 +42,10 @@ def _materialise(case: dict[str, Any], tmp: Path) -> list[str]:
         facts = tmp / "facts.yaml"
         facts.write_text(yaml.safe_dump(case["facts"]))
         args += ["--facts", str(facts)]
-    extra = [a.replace("{fixtures}", str(FIXTURES)).replace("{dir}", str(tmp))
-             for a in case.get("args") or []]
+    extra = [
+        a.replace("{fixtures}", str(FIXTURES)).replace("{dir}", str(tmp))
+        for a in case.get("args") or []
+    ]
     if "--" in extra:
         cut = extra.index("--")
         return ["check", *paths, *args, *extra[:cut], "--format", "json", "--", *extra[cut + 1 :]]
@@ -58,7 +63,8 @@ def test_rule_fixture(rule: str, kind: str, case: dict[str, Any], tmp_path: Path
     assert findings, f"{rule} did not fire; got {res.json()['findings']}"
     f = findings[0]
     assert f["severity"] == case.get("severity", catalogue()[rule].severity) or any(
-        g["severity"] == case.get("severity") for g in findings)
+        g["severity"] == case.get("severity") for g in findings
+    )
     if "line" in case:
         assert f["line"] == case["line"], findings
     if "message_contains" in case:

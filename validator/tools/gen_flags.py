@@ -138,7 +138,8 @@ def parse(src: str) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    src = open(sys.argv[1], encoding="utf-8").read()
+    with open(sys.argv[1], encoding="utf-8") as fh:
+        src = fh.read()
     flags = parse(src)
     doc = {"source": sys.argv[2], "flags": flags}
     json.dump(doc, sys.stdout, indent=1)

@@ -67,19 +67,21 @@ class ServerConfig:
     env: dict[str, tuple[str, int]] = field(default_factory=dict)
     positional: list[Token] = field(default_factory=list)
     source: str = "argv"  # argv | shell | cmd | unit | mapping
+    _index: dict[str, Option] = field(default_factory=dict, repr=False)
+    _indexed: int = field(default=-1, repr=False)
 
     # -- lookups (the last occurrence wins, as in llama.cpp; argv wins over LLAMA_ARG_*) --
     def get(self, canonical: str) -> Option | None:
-        found: Option | None = None
-        for opt in self.options:
-            if opt.canonical == canonical and opt.from_env is None:
-                found = opt
-        if found is not None:
-            return found
-        for opt in self.options:
-            if opt.canonical == canonical:
-                found = opt
-        return found
+        if self._indexed != len(self.options):
+            index: dict[str, Option] = {}
+            for opt in self.options:  # environment first, so the command line overrides it
+                if opt.from_env is not None:
+                    index[opt.canonical] = opt
+            for opt in self.options:
+                if opt.from_env is None:
+                    index[opt.canonical] = opt
+            self._index, self._indexed = index, len(self.options)
+        return self._index.get(canonical)
 
     def has(self, canonical: str) -> bool:
         opt = self.get(canonical)
@@ -321,10 +323,14 @@ def _is_server_binary(word: str) -> bool:
 # ----------------------------------------------------------------------------- argv → options
 
 
+_NUMBER = re.compile(r"-\d+(\.\d+)?([eE][-+]?\d+)?")
+_INTEGER = re.compile(r"[-+]?\d+")
+
+
 def _looks_like_option(word: str) -> bool:
     if not word.startswith("-") or word in ("-", "--"):
         return False
-    return not re.fullmatch(r"-\d+(\.\d+)?([eE][-+]?\d+)?", word)
+    return not _NUMBER.fullmatch(word)
 
 
 def parse_tokens(tokens: list[Token], cfg: ServerConfig) -> ServerConfig:
@@ -385,7 +391,11 @@ def apply_env(cfg: ServerConfig, env: Mapping[str, tuple[str, int]]) -> None:
         if spec is None:
             continue
         negated = spec.kind in ("bool", "flag") and val.strip().lower() in (
-            "0", "false", "off", "no", "disabled",
+            "0",
+            "false",
+            "off",
+            "no",
+            "disabled",
         )
         value = val if spec.takes_value else None
         cfg.options.append(
@@ -394,8 +404,10 @@ def apply_env(cfg: ServerConfig, env: Mapping[str, tuple[str, int]]) -> None:
 
 
 def _find_server_command(
-    commands: list[list[Token]], path: str, expand: Any, variables: dict[str, str],
-    env_out: dict[str, tuple[str, int]], set_prefix: str | None,
+    commands: list[list[Token]],
+    expand: Any,
+    variables: dict[str, str],
+    env_out: dict[str, tuple[str, int]],
 ) -> list[Token] | None:
     for cmd in commands:
         words = [Token(expand(t.text, variables), t.line) for t in cmd]
@@ -447,11 +459,12 @@ def parse_script(text: str, path: str, windows: bool | None = None) -> ServerCon
             return _CMD_VAR.sub(lambda m: v.get(m.group(1), m.group(0)), s)
         return expand_sh(s, v)
 
-    cmd = _find_server_command(commands, path, expand, variables, env, "set" if windows else None)
+    cmd = _find_server_command(commands, expand, variables, env)
     if cmd is None:
         raise ParseError("no llama-server command found (looked for llama-server or server)", 1)
-    cfg = ServerConfig(path=path, line=cmd[0].line, binary=cmd[0].text,
-                       source="cmd" if windows else "shell")
+    cfg = ServerConfig(
+        path=path, line=cmd[0].line, binary=cmd[0].text, source="cmd" if windows else "shell"
+    )
     parse_tokens(cmd[1:], cfg)
     apply_env(cfg, env)
     return cfg
@@ -481,8 +494,19 @@ def parse_argv_list(argv: Iterable[str], path: str = "<argv>") -> ServerConfig:
 # ----------------------------------------------------------------------------- structured args
 
 #: Keys of an instance mapping that are not llama-server options.
-INSTANCE_KEYS = ("name", "model", "mmproj", "host", "port", "args", "extra_args", "environment",
-                 "binary", "enabled", "alias")
+INSTANCE_KEYS = (
+    "name",
+    "model",
+    "mmproj",
+    "host",
+    "port",
+    "args",
+    "extra_args",
+    "environment",
+    "binary",
+    "enabled",
+    "alias",
+)
 
 
 def _scalar(value: Any) -> str:
@@ -502,8 +526,13 @@ def render_argv(instance: Mapping[str, Any]) -> list[str]:
     """
     t = table()
     argv: list[str] = []
-    for key, flag in (("model", "--model"), ("mmproj", "--mmproj"), ("alias", "--alias"),
-                      ("host", "--host"), ("port", "--port")):
+    for key, flag in (
+        ("model", "--model"),
+        ("mmproj", "--mmproj"),
+        ("alias", "--alias"),
+        ("host", "--host"),
+        ("port", "--port"),
+    ):
         if instance.get(key) not in (None, ""):
             argv += [flag, _scalar(instance[key])]
     args = instance.get("args") or {}
@@ -521,8 +550,9 @@ def render_argv(instance: Mapping[str, Any]) -> list[str]:
                 if v:
                     argv.append(flag)
                 elif spec.negations:
-                    argv.append(next((n for n in spec.negations if n.startswith("--")),
-                                     spec.negations[0]))
+                    argv.append(
+                        next((n for n in spec.negations if n.startswith("--")), spec.negations[0])
+                    )
                 continue
             if isinstance(v, bool) and spec is None:
                 if v:
@@ -539,8 +569,9 @@ def render_argv(instance: Mapping[str, Any]) -> list[str]:
 def parse_mapping(instance: Mapping[str, Any], path: str, line: int = 1) -> ServerConfig:
     """Parse a structured instance mapping into a ServerConfig (through :func:`render_argv`)."""
     argv = render_argv(instance)
-    cfg = ServerConfig(path=path, line=line, binary=str(instance.get("binary") or "llama-server"),
-                       source="mapping")
+    cfg = ServerConfig(
+        path=path, line=line, binary=str(instance.get("binary") or "llama-server"), source="mapping"
+    )
     parse_tokens([Token(a, line) for a in argv], cfg)
     env = instance.get("environment") or {}
     if isinstance(env, Mapping):
@@ -574,7 +605,7 @@ def validate_value(opt: Option) -> str | None:
     if spec.kind == "int" or spec.canonical in INTEGER_STRINGS:
         if spec.canonical == "--gpu-layers" and v in ("auto", "all"):
             return None
-        if not re.fullmatch(r"[-+]?\d+", v.strip()):
+        if not _INTEGER.fullmatch(v.strip()):
             return f"{opt.written} {v!r} is not an integer"
     if spec.kind == "float":
         try:

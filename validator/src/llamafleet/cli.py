@@ -50,8 +50,9 @@ def _add_fact_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--facts", metavar="FILE", help="JSON/YAML with any of the facts below")
     g.add_argument("--help-text", metavar="FILE", help="output of `llama-server --help`")
     g.add_argument("--version-text", metavar="FILE", help="output of `llama-server --version`")
-    g.add_argument("--build-manifest", metavar="FILE",
-                   help="build manifest written by the llama_cpp role")
+    g.add_argument(
+        "--build-manifest", metavar="FILE", help="build manifest written by the llama_cpp role"
+    )
     g.add_argument("--model-meta", metavar="FILE", help="`llamafleet inspect --format json` output")
     g.add_argument("--gguf", metavar="FILE", help="the GGUF model itself")
     g.add_argument("--gpu-vram", metavar="MIB", type=float, help="GPU memory in MiB")
@@ -69,7 +70,9 @@ def gather_facts(args: argparse.Namespace) -> Facts:
             try:
                 manifest = json.loads(_read(args.build_manifest))
             except json.JSONDecodeError as exc:
-                raise UsageError(f"{args.build_manifest}:{exc.lineno}: not JSON: {exc.msg}") from exc
+                raise UsageError(
+                    f"{args.build_manifest}:{exc.lineno}: not JSON: {exc.msg}"
+                ) from exc
             apply_manifest(facts, manifest, os.path.dirname(os.path.abspath(args.build_manifest)))
         if args.help_text:
             facts.set_help(_read(args.help_text))
@@ -161,9 +164,18 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_rules(args: argparse.Namespace) -> int:
     cat = catalogue()
     if args.format == "json":
-        out = [{"id": r.id, "name": r.name, "severity": r.severity, "scope": r.scope,
-                "fix": r.fix, "why": r.why, "references": list(r.references)}
-               for r in cat.values()]
+        out = [
+            {
+                "id": r.id,
+                "name": r.name,
+                "severity": r.severity,
+                "scope": r.scope,
+                "fix": r.fix,
+                "why": r.why,
+                "references": list(r.references),
+            }
+            for r in cat.values()
+        ]
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
         return 0
     for r in cat.values():
@@ -183,9 +195,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     arch = meta.get("general.architecture", "?")
     total = sum(t["bytes"] for t in data["tensors"])
     sys.stdout.write(f"{args.model}\n  architecture: {arch}\n")
-    for key in ("general.name", f"{arch}.context_length", f"{arch}.block_count",
-                f"{arch}.embedding_length", f"{arch}.attention.head_count",
-                f"{arch}.attention.head_count_kv", f"{arch}.expert_count"):
+    for key in (
+        "general.name",
+        f"{arch}.context_length",
+        f"{arch}.block_count",
+        f"{arch}.embedding_length",
+        f"{arch}.attention.head_count",
+        f"{arch}.attention.head_count_kv",
+        f"{arch}.expert_count",
+    ):
         if key in meta:
             sys.stdout.write(f"  {key}: {meta[key]}\n")
     sys.stdout.write(f"  tensors: {len(data['tensors'])}, {total / 2**20:.2f} MiB\n")
@@ -196,31 +214,48 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="llamafleet",
         description="Check llama-server flags, systemd units and Claude Code settings against "
-                    "known pitfalls; plan GPU memory.")
+        "known pitfalls; plan GPU memory.",
+    )
     p.add_argument("--version", action="version", version=f"llamafleet {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    c = sub.add_parser("check", help="check files for pitfalls",
-                       description="Check llama-server scripts (.sh, .cmd), systemd units, "
-                                   "instance variables (YAML/JSON) and Claude Code settings. "
-                                   "Raw llama-server flags can follow --.")
+    c = sub.add_parser(
+        "check",
+        help="check files for pitfalls",
+        description="Check llama-server scripts (.sh, .cmd), systemd units, "
+        "instance variables (YAML/JSON) and Claude Code settings. "
+        "Raw llama-server flags can follow --.",
+    )
     c.add_argument("files", nargs="*", help="files to check (kind detected from name/content)")
     c.add_argument("--user-settings", action="append", metavar="FILE")
     c.add_argument("--project-settings", action="append", metavar="FILE")
     c.add_argument("--local-settings", action="append", metavar="FILE")
     c.add_argument("--managed-settings", action="append", metavar="FILE")
-    c.add_argument("--process-env", action="store_true",
-                   help="include this process's ANTHROPIC_*/CLAUDE_CODE_* variables (lowest "
-                        "precedence) in the client settings")
-    c.add_argument("--client-env", action="append", metavar="KEY=VALUE",
-                   help="a client environment variable (lowest precedence)")
+    c.add_argument(
+        "--process-env",
+        action="store_true",
+        help="include this process's ANTHROPIC_*/CLAUDE_CODE_* variables (lowest "
+        "precedence) in the client settings",
+    )
+    c.add_argument(
+        "--client-env",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a client environment variable (lowest precedence)",
+    )
     _add_fact_options(c)
     c.add_argument("--format", choices=sorted(("human", "json", "sarif")), default="human")
     c.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE")
-    c.add_argument("--fail-on", choices=SEVERITIES,
-                   help="exit 1 when a finding of this severity or worse exists (default: error)")
-    c.add_argument("--config", metavar="FILE",
-                   help="config with skip/severity/fail_on (default: ./.llamafleet.yaml)")
+    c.add_argument(
+        "--fail-on",
+        choices=SEVERITIES,
+        help="exit 1 when a finding of this severity or worse exists (default: error)",
+    )
+    c.add_argument(
+        "--config",
+        metavar="FILE",
+        help="config with skip/severity/fail_on (default: ./.llamafleet.yaml)",
+    )
     c.add_argument("--select", metavar="IDS", help="only these rule ids, comma-separated")
     c.set_defaults(func=cmd_check)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,8 +37,15 @@ class Finding:
     fix: str
 
     def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "name": self.name, "severity": self.severity,
-                "message": self.message, "file": self.file, "line": self.line, "fix": self.fix}
+        return {
+            "id": self.id,
+            "name": self.name,
+            "severity": self.severity,
+            "message": self.message,
+            "file": self.file,
+            "line": self.line,
+            "fix": self.fix,
+        }
 
 
 @dataclass
@@ -63,8 +69,9 @@ def load_config(path: str) -> Config:
         raise ConfigError(f"{path}: expected a mapping with skip/severity/fail_on")
     unknown = set(data) - {"skip", "severity", "fail_on"}
     if unknown:
-        raise ConfigError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; "
-                          "known: skip, severity, fail_on")
+        raise ConfigError(
+            f"{path}: unknown key(s) {', '.join(sorted(unknown))}; known: skip, severity, fail_on"
+        )
     cat = catalogue()
     cfg = Config()
     for rid in data.get("skip") or []:
@@ -120,8 +127,9 @@ def _is_mapping_doc(data: Any) -> bool:
     return isinstance(data, dict) and ("llama_server_instances" in data or "args" in data)
 
 
-def add_file(inputs: Inputs, path: str, text: str, kind: str | None = None,
-             scope: str | None = None) -> None:
+def add_file(
+    inputs: Inputs, path: str, text: str, kind: str | None = None, scope: str | None = None
+) -> None:
     inputs.texts[path] = text
     kind = kind or _detect(path, text)
     try:
@@ -138,21 +146,32 @@ def add_file(inputs: Inputs, path: str, text: str, kind: str | None = None,
         else:  # pragma: no cover - kinds come from this module
             raise ParseError(f"unknown input kind {kind}")
     except ParseError as exc:
-        inputs.problems.append(Hit(path, exc.line, {
-            "detail": f"cannot read as {_KIND_NAMES.get(kind, kind)}: {exc}",
-            "hint": _KIND_HINTS.get(kind, "Check the file."),
-        }))
+        inputs.problems.append(
+            Hit(
+                path,
+                exc.line,
+                {
+                    "detail": f"cannot read as {_KIND_NAMES.get(kind, kind)}: {exc}",
+                    "hint": _KIND_HINTS.get(kind, "Check the file."),
+                },
+            )
+        )
 
 
-_KIND_NAMES = {"unit": "a systemd unit", "cmd": "a Windows batch file", "shell": "a shell script",
-               "settings": "Claude Code settings", "mapping": "llama-server instance variables",
-               "argv": "a llama-server command line"}
+_KIND_NAMES = {
+    "unit": "a systemd unit",
+    "cmd": "a Windows batch file",
+    "shell": "a shell script",
+    "settings": "Claude Code settings",
+    "mapping": "llama-server instance variables",
+    "argv": "a llama-server command line",
+}
 _KIND_HINTS = {
     "shell": "The script must run llama-server (or server) directly; quotes must be balanced.",
     "cmd": "The batch file must run llama-server.exe; lines are continued with a final ^.",
     "unit": "Use Key=value lines inside [Unit]/[Service]/[Install] sections.",
     "mapping": "Give a mapping with 'args' (and model/host/port/extra_args/environment), or "
-               "'llama_server_instances': a list of such mappings.",
+    "'llama_server_instances': a list of such mappings.",
     "argv": "Quote values that contain spaces.",
     "settings": "Fix the JSON.",
 }
@@ -181,11 +200,13 @@ def _strip_lines(value: Any) -> Any:
 
 def _parse_mapping_doc(text: str, path: str) -> list[ServerConfig]:
     try:
-        data = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - SafeLoader subclass
+        data = yaml.load(text, Loader=_LineLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise ParseError(f"not valid YAML/JSON: {getattr(exc, 'problem', exc)}",
-                         mark.line + 1 if mark is not None else 1) from exc
+        raise ParseError(
+            f"not valid YAML/JSON: {getattr(exc, 'problem', exc)}",
+            mark.line + 1 if mark is not None else 1,
+        ) from exc
     if not isinstance(data, dict):
         raise ParseError("expected a mapping", 1)
     instances = data.get("llama_server_instances")
@@ -212,8 +233,11 @@ def _parse_mapping_doc(text: str, path: str) -> list[ServerConfig]:
 
 
 def _key_lines(text: str, key: str) -> list[int]:
-    return [i for i, ln in enumerate(text.splitlines(), 1)
-            if re.match(r'\s*"?' + re.escape(key) + r'"?\s*:', ln)]
+    return [
+        i
+        for i, ln in enumerate(text.splitlines(), 1)
+        if re.match(r'\s*"?' + re.escape(key) + r'"?\s*:', ln)
+    ]
 
 
 # ----------------------------------------------------------------------------- suppressions
@@ -262,8 +286,8 @@ class _Blank(dict[str, Any]):
 
 def _fmt(template: str, values: Mapping[str, Any]) -> str:
     try:
-        return string.Formatter().vformat(template, (), _Blank(values))
-    except (ValueError, IndexError, KeyError):
+        return template.format_map(_Blank(values))
+    except (ValueError, IndexError, KeyError, AttributeError):
         return template
 
 
@@ -276,20 +300,35 @@ class Result:
 
 def _finding(info: RuleInfo, hit: Hit, config: Config) -> Finding:
     severity = config.severity.get(info.id) or hit.severity or info.severity
-    return Finding(id=info.id, name=info.name, severity=severity,
-                   message=_fmt(info.message, hit.vars), file=hit.file, line=hit.line,
-                   fix=_fmt(info.fix, hit.vars))
+    return Finding(
+        id=info.id,
+        name=info.name,
+        severity=severity,
+        message=_fmt(info.message, hit.vars),
+        file=hit.file,
+        line=hit.line,
+        fix=_fmt(info.fix, hit.vars),
+    )
 
 
-def run(inputs: Inputs, facts: Facts | None = None, config: Config | None = None,
-        process_env: Mapping[str, str] | None = None,
-        only: Iterable[str] | None = None) -> Result:
+def run(
+    inputs: Inputs,
+    facts: Facts | None = None,
+    config: Config | None = None,
+    process_env: Mapping[str, str] | None = None,
+    only: Iterable[str] | None = None,
+) -> Result:
     config = config or Config()
     facts = facts or Facts()
     cat = catalogue()
     registry = load_all()
-    ctx = Context(servers=inputs.servers, units=inputs.units, settings=inputs.settings,
-                  clients=group_clients(inputs.settings, process_env or {}), facts=facts)
+    ctx = Context(
+        servers=inputs.servers,
+        units=inputs.units,
+        settings=inputs.settings,
+        clients=group_clients(inputs.settings, process_env or {}),
+        facts=facts,
+    )
     wanted = set(only) if only is not None else None
     raw: list[Finding] = []
     for rid, info in cat.items():

@@ -104,12 +104,25 @@ def load_facts_file(path: str, facts: Facts | None = None) -> Facts:
         raise FactsError(f"{path}{where}: not valid YAML/JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise FactsError(f"{path}: expected a mapping of facts")
-    known = {"help_text", "help_file", "version_text", "build_manifest", "model_meta", "model",
-             "gguf", "gpu", "gpu_vram_mib", "gpu_cc", "cpu_cores", "ram_mib"}
+    known = {
+        "help_text",
+        "help_file",
+        "version_text",
+        "build_manifest",
+        "model_meta",
+        "model",
+        "gguf",
+        "gpu",
+        "gpu_vram_mib",
+        "gpu_cc",
+        "cpu_cores",
+        "ram_mib",
+    }
     unknown = sorted(set(data) - known)
     if unknown:
-        raise FactsError(f"{path}: unknown fact(s) {', '.join(unknown)}; known: "
-                         f"{', '.join(sorted(known))}")
+        raise FactsError(
+            f"{path}: unknown fact(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
     if data.get("build_manifest"):
         bm = data["build_manifest"]
         if isinstance(bm, str):

@@ -83,7 +83,7 @@ def _canonical(names: list[str]) -> str:
 
 
 def _load(name: str) -> dict[str, Any]:
-    text = resources.files("llamafleet").joinpath("data", name).read_text(encoding="utf-8")
+    text = resources.files("llamafleet").joinpath("data").joinpath(name).read_text(encoding="utf-8")
     data: dict[str, Any] = json.loads(text)
     return data
 

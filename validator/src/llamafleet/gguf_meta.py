@@ -17,11 +17,28 @@ _SKIPPED_ARRAYS = (
 )
 
 #: Architectures whose layers are (partly) recurrent: state per sequence, no KV on those layers.
-RECURRENT_ARCHS = frozenset({
-    "qwen35", "qwen35moe", "qwen3next", "mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7",
-    "arwkv7", "jamba", "falcon-h1", "granitehybrid", "lfm2", "lfm2moe", "nemotron_h",
-    "nemotron_h_moe", "plamo2", "kimi_linear",
-})
+RECURRENT_ARCHS = frozenset(
+    {
+        "qwen35",
+        "qwen35moe",
+        "qwen3next",
+        "mamba",
+        "mamba2",
+        "rwkv6",
+        "rwkv6qwen2",
+        "rwkv7",
+        "arwkv7",
+        "jamba",
+        "falcon-h1",
+        "granitehybrid",
+        "lfm2",
+        "lfm2moe",
+        "nemotron_h",
+        "nemotron_h_moe",
+        "plamo2",
+        "kimi_linear",
+    }
+)
 
 
 class GGUFError(ValueError):

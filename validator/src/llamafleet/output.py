@@ -17,8 +17,13 @@ DOCS_URI = "https://llamafleet.readthedocs.io/en/latest/rules/{id}.html"
 
 def summary(result: Result) -> dict[str, int]:
     counts = Counter(f.severity for f in result.findings)
-    return {"error": counts["error"], "warning": counts["warning"], "info": counts["info"],
-            "files": result.files, "suppressed": result.suppressed}
+    return {
+        "error": counts["error"],
+        "warning": counts["warning"],
+        "info": counts["info"],
+        "files": result.files,
+        "suppressed": result.suppressed,
+    }
 
 
 def human(result: Result) -> str:
@@ -28,8 +33,10 @@ def human(result: Result) -> str:
         lines.append(f"{where}: {f.id} [{f.severity}] {f.message}")
         lines.append(f"    fix: {f.fix}")
     s = summary(result)
-    tail = (f"{s['error']} error(s), {s['warning']} warning(s), {s['info']} info in "
-            f"{s['files']} file(s)")
+    tail = (
+        f"{s['error']} error(s), {s['warning']} warning(s), {s['info']} info in "
+        f"{s['files']} file(s)"
+    )
     if s["suppressed"]:
         tail += f", {s['suppressed']} suppressed"
     if result.findings:
@@ -57,38 +64,50 @@ def sarif(result: Result) -> str:
     index: dict[str, int] = {}
     for i, info in enumerate(cat.values()):
         index[info.id] = i
-        rules.append({
-            "id": info.id,
-            "name": info.name,
-            "shortDescription": {"text": info.message.split(":")[0].replace("{", "").replace(
-                "}", "")},
-            "fullDescription": {"text": info.why},
-            "help": {"text": info.fix, "markdown": info.fix},
-            "helpUri": DOCS_URI.format(id=info.id),
-            "defaultConfiguration": {"level": SARIF_LEVEL[info.severity]},
-            "properties": {"scope": info.scope, "tags": [info.scope]},
-        })
+        rules.append(
+            {
+                "id": info.id,
+                "name": info.name,
+                "shortDescription": {
+                    "text": info.message.split(":")[0].replace("{", "").replace("}", "")
+                },
+                "fullDescription": {"text": info.why},
+                "help": {"text": info.fix, "markdown": info.fix},
+                "helpUri": DOCS_URI.format(id=info.id),
+                "defaultConfiguration": {"level": SARIF_LEVEL[info.severity]},
+                "properties": {"scope": info.scope, "tags": [info.scope]},
+            }
+        )
     results: list[dict[str, Any]] = []
     for f in result.findings:
         loc: dict[str, Any] = {"artifactLocation": {"uri": _uri(f.file)}}
         if f.line > 0:
             loc["region"] = {"startLine": f.line}
-        results.append({
-            "ruleId": f.id,
-            "ruleIndex": index[f.id],
-            "level": SARIF_LEVEL[f.severity],
-            "message": {"text": f"{f.message}. Fix: {f.fix}"},
-            "locations": [{"physicalLocation": loc}],
-        })
+        results.append(
+            {
+                "ruleId": f.id,
+                "ruleIndex": index[f.id],
+                "level": SARIF_LEVEL[f.severity],
+                "message": {"text": f"{f.message}. Fix: {f.fix}"},
+                "locations": [{"physicalLocation": loc}],
+            }
+        )
     doc = {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
-        "runs": [{
-            "tool": {"driver": {"name": "llamafleet", "version": __version__,
-                                "informationUri": "https://llamafleet.readthedocs.io/",
-                                "rules": rules}},
-            "results": results,
-        }],
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "llamafleet",
+                        "version": __version__,
+                        "informationUri": "https://llamafleet.readthedocs.io/",
+                        "rules": rules,
+                    }
+                },
+                "results": results,
+            }
+        ],
     }
     return json.dumps(doc, indent=2) + "\n"
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,16 +30,23 @@ class SettingsFile:
     error_line: int = 1
     error_col: int = 1
     mode: int | None = None  # st_mode permission bits when read from disk
+    _lines: dict[tuple[str, ...], int] = field(default_factory=dict, repr=False)
 
     def line_of(self, *keys: str) -> int:
         """Best-effort line of a (nested) key, e.g. line_of("env", "ANTHROPIC_BASE_URL")."""
+        if keys in self._lines:
+            return self._lines[keys]
         pos = 0
         for key in keys:
-            m = re.compile(r'"' + re.escape(key) + r'"\s*:').search(self.text, pos)
-            if m is None:
+            idx = self.text.find(f'"{key}"', pos)
+            while idx >= 0 and not self.text[idx + len(key) + 2 :].lstrip().startswith(":"):
+                idx = self.text.find(f'"{key}"', idx + 1)
+            if idx < 0:
                 break
-            pos = m.start()
-        return self.text.count("\n", 0, pos) + 1
+            pos = idx
+        line = self.text.count("\n", 0, pos) + 1
+        self._lines[keys] = line
+        return line
 
     def env(self) -> dict[str, Any]:
         env = (self.data or {}).get("env")
@@ -59,7 +65,7 @@ def classify(path: str) -> str:
     if os.path.basename(parent) == ".claude":
         home = os.path.expanduser("~").replace("\\", "/")
         top = os.path.dirname(parent)
-        if top in (home, "~") or top.startswith("/home/") and top.count("/") == 2:
+        if top in (home, "~") or (top.startswith("/home/") and top.count("/") == 2):
             return "user"
         if top == "/root":
             return "user"
@@ -101,11 +107,16 @@ class Client:
     files: list[SettingsFile]
     process_env: dict[str, str] = field(default_factory=dict)
     name: str = ""
+    _ordered: list[SettingsFile] | None = field(default=None, repr=False)
 
     def ordered(self) -> list[SettingsFile]:
         """Valid files from highest to lowest precedence."""
-        rank = {s: i for i, s in enumerate(SCOPES)}
-        return sorted((f for f in self.files if f.data is not None), key=lambda f: rank[f.scope])
+        if self._ordered is None:
+            rank = {s: i for i, s in enumerate(SCOPES)}
+            self._ordered = sorted(
+                (f for f in self.files if f.data is not None), key=lambda f: rank[f.scope]
+            )
+        return self._ordered
 
     def env(self, key: str) -> Value | None:
         for f in self.ordered():
@@ -134,6 +145,15 @@ class Client:
             return order[-1]
         return self.files[0] if self.files else None
 
+    def tokens(self) -> list[str]:
+        """Non-empty credentials the client sends (ANTHROPIC_AUTH_TOKEN, ANTHROPIC_API_KEY)."""
+        out = []
+        for key in TOKEN_KEYS:
+            v = self.env(key)
+            if v is not None and str(v.value).strip():
+                out.append(str(v.value))
+        return out
+
     def base_url(self) -> Value | None:
         return self.env("ANTHROPIC_BASE_URL")
 
@@ -158,6 +178,8 @@ def group_clients(files: list[SettingsFile], process_env: Mapping[str, str]) -> 
     users = [f for f in files if f.scope == "user"]
     shared = [f for f in files if f.scope != "user"]
     env = dict(process_env)
+    if not files and not env:
+        return []
     if len(users) <= 1:
         return [Client(files=list(files), process_env=env, name=users[0].path if users else "")]
     return [Client(files=[u, *shared], process_env=env, name=u.path) for u in users]

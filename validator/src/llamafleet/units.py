@@ -1,4 +1,5 @@
-"""systemd unit files: sections, ``ExecStart=`` with ``Environment=``/``EnvironmentFile=`` expansion."""
+"""systemd unit files: sections, and ``ExecStart=`` expanded from ``Environment=`` and
+``EnvironmentFile=``."""
 
 from __future__ import annotations
 
@@ -170,10 +171,12 @@ def parse_unit(text: str, path: str) -> Unit:
             # systemd splits an unbraced $VAR on whitespace
             expanded += [Token(p, w.line) for p in variables[whole.group(1)].split()]
             continue
-        expanded.append(Token(
-            _VAR.sub(lambda m: variables.get(m.group(1) or m.group(2), m.group(0)), w.text),
-            w.line,
-        ))
+        expanded.append(
+            Token(
+                _VAR.sub(lambda m: variables.get(m.group(1) or m.group(2), m.group(0)), w.text),
+                w.line,
+            )
+        )
     cfg = ServerConfig(path=path, line=exec_start.line, binary=prog, source="unit")
     parse_tokens(expanded, cfg)
     apply_env(cfg, env)

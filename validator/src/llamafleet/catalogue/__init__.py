@@ -49,16 +49,22 @@ def catalogue() -> dict[str, RuleInfo]:
         if r["id"] in out:
             raise ValueError(f"duplicate rule id {r['id']} in the catalogue")
         out[r["id"]] = RuleInfo(
-            id=r["id"], name=r["name"], severity=r["severity"], scope=r["scope"],
-            message=r["message"], why=" ".join(r["why"].split()), fix=r["fix"],
-            references=tuple(r["references"]), needs=tuple(r.get("needs", ())),
+            id=r["id"],
+            name=r["name"],
+            severity=r["severity"],
+            scope=r["scope"],
+            message=r["message"],
+            why=" ".join(r["why"].split()),
+            fix=r["fix"],
+            references=tuple(r["references"]),
+            needs=tuple(r.get("needs", ())),
         )
     return out
 
 
 def docs_page(rule_id: str) -> str | None:
     """The rule's documentation page (Markdown), or None."""
-    res = resources.files("llamafleet.catalogue").joinpath("docs", f"{rule_id}.md")
+    res = resources.files("llamafleet.catalogue").joinpath("docs").joinpath(f"{rule_id}.md")
     if not res.is_file():
         return None
     return res.read_text(encoding="utf-8")

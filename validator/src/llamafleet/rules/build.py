@@ -27,13 +27,17 @@ def cuda_arch_mismatch(ctx: Context) -> Iterator[Hit]:
     built = _arch_numbers(f.cuda_architectures)
     if not built or sm in built:
         return
-    file = "<build manifest>"
-    line = 0
-    if ctx.servers or ctx.units:
-        s = (ctx.servers or [u.server for u in ctx.units if u.server] or [None])[0]
-        if s is not None:
-            file, line = s.path, s.line
+    file, line = "<build manifest>", 0
+    servers = ctx.servers + [u.server for u in ctx.units if u.server is not None]
+    if servers:
+        file, line = servers[0].path, servers[0].line
     same_major = any(b // 10 == major for b in built)
-    detail = "" if same_major else "; no architecture of the same major version: kernels will not run"
-    yield Hit(file, line, {"archs": ";".join(f.cuda_architectures), "cc": f.gpu_cc, "sm": sm,
-                           "detail": detail}, severity=None if same_major else "error")
+    detail = (
+        "" if same_major else "; no architecture of the same major version: kernels will not run"
+    )
+    yield Hit(
+        file,
+        line,
+        {"archs": ";".join(f.cuda_architectures), "cc": f.gpu_cc, "sm": sm, "detail": detail},
+        severity=None if same_major else "error",
+    )

@@ -14,7 +14,12 @@ from llamafleet.settings import TOKEN_KEYS, Client, SettingsFile, truthy
 
 #: Keys that only work inside "env" (prefixes).
 ENV_ONLY_PREFIXES = ("ANTHROPIC_", "CLAUDE_CODE_")
-ENV_ONLY_KEYS = ("API_TIMEOUT_MS", "DISABLE_TELEMETRY", "DISABLE_AUTOUPDATER", "MAX_THINKING_TOKENS")
+ENV_ONLY_KEYS = (
+    "API_TIMEOUT_MS",
+    "DISABLE_TELEMETRY",
+    "DISABLE_AUTOUPDATER",
+    "MAX_THINKING_TOKENS",
+)
 
 #: Types of the settings keys llamafleet reads or writes (Claude Code's settings schema).
 SETTINGS_TYPES: dict[str, tuple[type, ...]] = {
@@ -73,13 +78,19 @@ def git_status(ctx: Context) -> Iterator[Hit]:
             continue
         file, line = _where(c, "includeGitInstructions", setting=True)
         if c.is_third_party():
-            yield Hit(file, line, {
-                "detail": f" sent to {_base(c)}: it changes with every repository change, and "
-                          "the server's prompt cache stops there (0.1 % reuse measured)",
-            }, severity="error")
+            yield Hit(
+                file,
+                line,
+                {
+                    "detail": f" sent to {_base(c)}: it changes with every repository change, and "
+                    "the server's prompt cache stops there (0.1 % reuse measured)",
+                },
+                severity="error",
+            )
         else:
-            yield Hit(file, line, {"detail": " (harmless against Anthropic's own API)"},
-                      severity="info")
+            yield Hit(
+                file, line, {"detail": " (harmless against Anthropic's own API)"}, severity="info"
+            )
 
 
 @rule("CC003")
@@ -91,7 +102,9 @@ def env_key_top_level(ctx: Context) -> Iterator[Hit]:
             if key.startswith(ENV_ONLY_PREFIXES) or key in ENV_ONLY_KEYS:
                 detail = ""
                 if key == "ANTHROPIC_BASE_URL":
-                    detail = ": Claude Code goes to the public Anthropic API and sends your key there"
+                    detail = (
+                        ": Claude Code goes to the public Anthropic API and sends your key there"
+                    )
                 yield Hit(sf.path, sf.line_of(key), {"key": key, "detail": detail})
 
 
@@ -122,8 +135,7 @@ def base_url_without_credentials(ctx: Context) -> Iterator[Hit]:
     for c in ctx.clients:
         if not c.is_third_party():
             continue
-        if any(c.env(k) is not None and str(c.env(k).value).strip()  # type: ignore[union-attr]
-               for k in TOKEN_KEYS):
+        if c.tokens():
             continue
         if c.setting("apiKeyHelper") is not None:
             continue
@@ -165,27 +177,39 @@ def nonessential_differs(ctx: Context) -> Iterator[Hit]:
 def settings_invalid(ctx: Context) -> Iterator[Hit]:
     for sf in ctx.settings:
         if sf.error is not None:
-            yield Hit(sf.path, sf.error_line, {
-                "detail": f"not valid JSON at line {sf.error_line}, column {sf.error_col}: "
-                          f"{sf.error}",
-                "hint": "Fix the JSON syntax (a trailing comma or a missing quote is the usual "
-                        "cause); Claude Code ignores the whole file until then.",
-            })
+            yield Hit(
+                sf.path,
+                sf.error_line,
+                {
+                    "detail": f"not valid JSON at line {sf.error_line}, column {sf.error_col}: "
+                    f"{sf.error}",
+                    "hint": "Fix the JSON syntax (a trailing comma or a missing quote is the usual "
+                    "cause); Claude Code ignores the whole file until then.",
+                },
+            )
             continue
         assert sf.data is not None
         for key, types in SETTINGS_TYPES.items():
             if key in sf.data and not isinstance(sf.data[key], types):
                 want = " or ".join("object" if t is dict else t.__name__ for t in types)
-                yield Hit(sf.path, sf.line_of(key), {
-                    "detail": f"\"{key}\" must be {want}, not {type(sf.data[key]).__name__}",
-                    "hint": f"Give \"{key}\" a value of type {want}.",
-                })
+                yield Hit(
+                    sf.path,
+                    sf.line_of(key),
+                    {
+                        "detail": f'"{key}" must be {want}, not {type(sf.data[key]).__name__}',
+                        "hint": f'Give "{key}" a value of type {want}.',
+                    },
+                )
         for k, v in sf.env().items():
             if not isinstance(v, str):
-                yield Hit(sf.path, sf.line_of("env", k), {
-                    "detail": f"env.{k} must be a string, not {type(v).__name__}",
-                    "hint": f"Quote the value: \"{k}\": \"{v}\".",
-                })
+                yield Hit(
+                    sf.path,
+                    sf.line_of("env", k),
+                    {
+                        "detail": f"env.{k} must be a string, not {type(v).__name__}",
+                        "hint": f'Quote the value: "{k}": "{v}".',
+                    },
+                )
 
 
 @rule("CC008")
@@ -196,10 +220,16 @@ def token_file_readable(ctx: Context) -> Iterator[Hit]:
         held = [k for k in TOKEN_KEYS if k in sf.env() or k in sf.data]
         if not held:
             continue
-        who = "group and others" if sf.mode & 0o070 and sf.mode & 0o007 else (
-            "its group" if sf.mode & 0o070 else "others")
-        yield Hit(sf.path, sf.line_of("env", held[0]) if held[0] in sf.env() else 1,
-                  {"key": held[0], "who": who, "mode": f"{sf.mode:04o}", "file": sf.path})
+        who = (
+            "group and others"
+            if sf.mode & 0o070 and sf.mode & 0o007
+            else ("its group" if sf.mode & 0o070 else "others")
+        )
+        yield Hit(
+            sf.path,
+            sf.line_of("env", held[0]) if held[0] in sf.env() else 1,
+            {"key": held[0], "who": who, "mode": f"{sf.mode:04o}", "file": sf.path},
+        )
 
 
 @rule("CC009")
@@ -214,13 +244,22 @@ def title_request(ctx: Context) -> Iterator[Hit]:
             continue
         file, line = _where(c, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC")
         if single:
-            yield Hit(file, line, {
-                "base_url": _base(c),
-                "detail": f" and takes the only slot of {single[0].path} (-np 1): the main "
-                          "prompt is re-read on every session start",
-            }, severity="error")
+            yield Hit(
+                file,
+                line,
+                {
+                    "base_url": _base(c),
+                    "detail": f" and takes the only slot of {single[0].path} (-np 1): the main "
+                    "prompt is re-read on every session start",
+                },
+                severity="error",
+            )
         else:
-            yield Hit(file, line, {
-                "base_url": _base(c),
-                "detail": "; on a one-slot server it evicts the main prompt",
-            })
+            yield Hit(
+                file,
+                line,
+                {
+                    "base_url": _base(c),
+                    "detail": "; on a one-slot server it evicts the main prompt",
+                },
+            )

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 from llamafleet.argv import ServerConfig
 from llamafleet.rules import Context, Hit, rule
 from llamafleet.rules.server import is_loopback
-from llamafleet.settings import TOKEN_KEYS, Client
+from llamafleet.settings import Client
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -36,7 +36,7 @@ def _servers(ctx: Context) -> list[ServerConfig]:
     return ctx.servers + [u.server for u in ctx.units if u.server is not None]
 
 
-def _client_url(c: Client) -> tuple[str, int, str, int] | None:
+def _client_url(c: Client) -> tuple[str, int, str, int, str] | None:
     v = c.base_url()
     if v is None or not isinstance(v.value, str) or not c.is_third_party():
         return None
@@ -46,7 +46,7 @@ def _client_url(c: Client) -> tuple[str, int, str, int] | None:
     except ValueError:
         return None
     file = v.file.path if v.file else "<environment>"
-    return parts.hostname or "", port, file, v.line
+    return parts.hostname or "", port, file, v.line, v.value
 
 
 @rule("XC001")
@@ -58,15 +58,22 @@ def client_server_mismatch(ctx: Context) -> Iterator[Hit]:
         url = _client_url(c)
         if url is None:
             continue
-        host, port, file, line = url
+        host, port, file, line, base = url
         if any(_matches(host, port, s) for s in servers):
             continue
         listed = ", ".join("{}:{}".format(*server_address(s)) for s in servers)
         h, p = server_address(servers[0])
         if h in ("0.0.0.0", "::"):
             h = host
-        yield Hit(file, line, {"base_url": c.base_url().value,  # type: ignore[union-attr]
-                               "servers": listed, "suggested": f"{h}:{p}"})
+        yield Hit(
+            file,
+            line,
+            {
+                "base_url": base,
+                "servers": listed,
+                "suggested": f"{h}:{p}",
+            },
+        )
 
 
 def server_key(cfg: ServerConfig) -> tuple[bool, str | None]:
@@ -92,18 +99,20 @@ def client_missing_key(ctx: Context) -> Iterator[Hit]:
         url = _client_url(c)
         if url is None:
             continue
-        host, port, file, line = url
+        host, port, file, line, _ = url
         for s in servers:
             if not _matches(host, port, s):
                 continue
             required, key = server_key(s)
             if not required:
                 continue
-            sent = [str(c.env(k).value) for k in TOKEN_KEYS  # type: ignore[union-attr]
-                    if c.env(k) is not None and str(c.env(k).value).strip()]  # type: ignore[union-attr]
+            sent = c.tokens()
             name = f"{s.path} ({'{}:{}'.format(*server_address(s))})"
             if not sent and c.setting("apiKeyHelper") is None:
                 yield Hit(file, line, {"server": name, "detail": "sends none"})
             elif key is not None and sent and key not in sent:
-                yield Hit(file, line, {"server": name,
-                                       "detail": "sends a different key (it will get 401)"})
+                yield Hit(
+                    file,
+                    line,
+                    {"server": name, "detail": "sends a different key (it will get 401)"},
+                )

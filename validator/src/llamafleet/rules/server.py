@@ -86,18 +86,23 @@ def parallel_splits_context(ctx: Context) -> Iterator[Hit]:
             continue
         total, how = context_size(cfg, ctx.facts)
         if unified:
-            detail = (f"{n} slots share one unified KV cache"
-                      + (f" of {total} tokens" if total else ""))
+            detail = f"{n} slots share one unified KV cache" + (
+                f" of {total} tokens" if total else ""
+            )
         elif total:
-            detail = (f"without --kv-unified each of the {n} slots gets {pad256(total) // n} "
-                      f"tokens ({how} / {n})")
+            detail = (
+                f"without --kv-unified each of the {n} slots gets {pad256(total) // n} "
+                f"tokens ({how} / {n})"
+            )
         else:
             detail = f"without --kv-unified each of the {n} slots gets 1/{n} of the context"
         if ctx.facts.model is not None and ctx.facts.model.is_recurrent:
             per_state = _recurrent_state_mib(ctx)
             state = f" (~{per_state:.1f} MiB each)" if per_state else ""
-            detail += (f"; {ctx.facts.model.architecture} is hybrid: {n} recurrent states{state}"
-                       " plus their context checkpoints")
+            detail += (
+                f"; {ctx.facts.model.architecture} is hybrid: {n} recurrent states{state}"
+                " plus their context checkpoints"
+            )
         else:
             detail += "; hybrid models also keep one recurrent state per slot"
         yield Hit(cfg.path, opt.line, {"option": opt.display, "detail": detail})
@@ -110,8 +115,11 @@ def _recurrent_state_mib(ctx: Context) -> float | None:
         from llamafleet import planner
     except ImportError:  # pragma: no cover - the planner ships with the package
         return None
+    fn = getattr(planner, "recurrent_state_mib", None)
+    if fn is None:
+        return None
     try:
-        value = planner.recurrent_state_mib(ctx.facts.model)
+        value = fn(ctx.facts.model)
     except Exception:  # the estimate is a detail of the message; never fail the check on it
         return None
     return float(value) if value else None
@@ -125,8 +133,9 @@ def request_context_too_small(ctx: Context) -> Iterator[Hit]:
             continue
         opt = cfg.get("--ctx-size") or cfg.get("--parallel")
         line = opt.line if opt else cfg.line
-        yield Hit(cfg.path, line,
-                  {"per_slot": per, "detail": detail, "needed": CLAUDE_CODE_MIN_CTX})
+        yield Hit(
+            cfg.path, line, {"per_slot": per, "detail": detail, "needed": CLAUDE_CODE_MIN_CTX}
+        )
 
 
 @rule("LS005")
@@ -137,9 +146,12 @@ def mmproj_breaks_cache(ctx: Context) -> Iterator[Hit]:
             continue
         build = ctx.facts.build_number
         if build is None:
-            yield Hit(cfg.path, opt.line,
-                      {"option": opt.display, "build": "a build of unknown number"},
-                      severity="warning")
+            yield Hit(
+                cfg.path,
+                opt.line,
+                {"option": opt.display, "build": "a build of unknown number"},
+                severity="warning",
+            )
         elif build < MMPROJ_SAFE_BUILD:
             yield Hit(cfg.path, opt.line, {"option": opt.display, "build": f"build b{build}"})
 
@@ -204,19 +216,31 @@ def turbo_unsupported(ctx: Context) -> Iterator[Hit]:
             if opt is None or opt.value not in TURBO_CACHE_TYPES:
                 continue
             if has_turbo is None:
-                yield Hit(cfg.path, opt.line, {
-                    "option": opt.display,
-                    "detail": "TurboQuant cache type on a build whose --help is unknown; only "
-                              "the fork's feature branch has it",
-                }, severity="warning")
-            elif ctx.facts.help and ctx.facts.help.cache_types is not None and (
-                opt.value not in ctx.facts.help.cache_types
+                yield Hit(
+                    cfg.path,
+                    opt.line,
+                    {
+                        "option": opt.display,
+                        "detail": "TurboQuant cache type on a build whose --help is unknown; only "
+                        "the fork's feature branch has it",
+                    },
+                    severity="warning",
+                )
+            elif (
+                ctx.facts.help
+                and ctx.facts.help.cache_types is not None
+                and (opt.value not in ctx.facts.help.cache_types)
             ):
                 allowed = ", ".join(ctx.facts.help.cache_types)
-                yield Hit(cfg.path, opt.line, {
-                    "option": opt.display,
-                    "detail": f"this build does not have {opt.value} (its --help allows {allowed})",
-                })
+                yield Hit(
+                    cfg.path,
+                    opt.line,
+                    {
+                        "option": opt.display,
+                        "detail": f"this build does not have {opt.value} "
+                        f"(its --help allows {allowed})",
+                    },
+                )
 
 
 @rule("LS010")
@@ -233,8 +257,13 @@ def fit_silently_disabled(ctx: Context) -> Iterator[Hit]:
         fit = cfg.get("--fit")
         if _is_off(fit):
             continue
-        for name in ("--gpu-layers", "--tensor-split", "--override-tensor", "--cpu-moe",
-                     "--n-cpu-moe"):
+        for name in (
+            "--gpu-layers",
+            "--tensor-split",
+            "--override-tensor",
+            "--cpu-moe",
+            "--n-cpu-moe",
+        ):
             opt = cfg.get(name)
             if opt is not None and not opt.negated:
                 state = "on" if fit is not None else "on (the default)"
@@ -281,11 +310,15 @@ def unknown_flag(ctx: Context) -> Iterator[Hit]:
             if opt.from_env:
                 continue
             if opt.spec is None:
-                yield Hit(cfg.path, opt.line, {
-                    "option": opt.written,
-                    "detail": "is not an option of any known llama-server build",
-                    "hint": "Remove it, or check the spelling against `llama-server --help`.",
-                })
+                yield Hit(
+                    cfg.path,
+                    opt.line,
+                    {
+                        "option": opt.written,
+                        "detail": "is not an option of any known llama-server build",
+                        "hint": "Remove it, or check the spelling against `llama-server --help`.",
+                    },
+                )
                 continue
             if helpfacts is None:
                 continue
@@ -300,11 +333,15 @@ def unknown_flag(ctx: Context) -> Iterator[Hit]:
                 hint = f"This build predates it: use {t.predecessors[opt.spec.canonical]}."
             else:
                 hint = "Remove it, or upgrade the build (see `llama-server --help`)."
-            yield Hit(cfg.path, opt.line, {
-                "option": opt.written,
-                "detail": "is not accepted by the target build (its --help does not list it)",
-                "hint": hint,
-            })
+            yield Hit(
+                cfg.path,
+                opt.line,
+                {
+                    "option": opt.written,
+                    "detail": "is not accepted by the target build (its --help does not list it)",
+                    "hint": hint,
+                },
+            )
 
 
 @rule("LS015")
@@ -321,8 +358,8 @@ def swa_full_on_hybrid(ctx: Context) -> Iterator[Hit]:
 @rule("LS016")
 def does_not_fit(ctx: Context) -> Iterator[Hit]:
     model, vram = ctx.facts.model, ctx.facts.gpu_vram_mib
-    if model is None or vram is None:
-        return
+    if model is None or vram is None or not model.tensors:
+        return  # the estimate needs the tensor list (`llamafleet inspect` JSON or the GGUF)
     from llamafleet import planner
 
     for cfg in _all_servers(ctx):
@@ -333,16 +370,27 @@ def does_not_fit(ctx: Context) -> Iterator[Hit]:
         d = plan.as_dict()
         detail = ", ".join(
             f"{label} {float(d[key]):.0f}"
-            for key, label in (("weights_gpu_mib", "weights"), ("kv_k_mib", "K"),
-                               ("kv_v_mib", "V"), ("recurrent_mib", "recurrent"),
-                               ("checkpoints_mib", "checkpoints"), ("compute_mib", "compute"))
+            for key, label in (
+                ("weights_gpu_mib", "weights"),
+                ("kv_k_mib", "K"),
+                ("kv_v_mib", "V"),
+                ("recurrent_mib", "recurrent"),
+                ("checkpoints_mib", "checkpoints"),
+                ("compute_mib", "compute"),
+            )
             if key in d and float(d[key]) > 0
         )
         opt = cfg.get("--ctx-size")
-        yield Hit(cfg.path, opt.line if opt else cfg.line, {
-            "total_mib": float(d["total_gpu_mib"]), "vram_mib": vram, "margin_mib": margin,
-            "detail": detail + " MiB",
-        })
+        yield Hit(
+            cfg.path,
+            opt.line if opt else cfg.line,
+            {
+                "total_mib": float(d["total_gpu_mib"]),
+                "vram_mib": vram,
+                "margin_mib": margin,
+                "detail": detail + " MiB",
+            },
+        )
 
 
 @rule("LS017")

@@ -1,0 +1,52 @@
+"""Claude Code settings: scopes, precedence, process environment."""
+
+from __future__ import annotations
+
+from llamafleet.settings import Client, classify, group_clients, load_settings
+
+
+def test_classify_scopes() -> None:
+    assert classify("/etc/claude-code/managed-settings.json") == "managed"
+    assert classify("/home/alice/.claude/settings.json") == "user"
+    assert classify("/root/.claude/settings.json") == "user"
+    assert classify("/home/alice/src/app/.claude/settings.json") == "project"
+    assert classify("/home/alice/src/app/.claude/settings.local.json") == "local"
+
+
+def test_precedence_managed_local_project_user_env() -> None:
+    files = [
+        load_settings(
+            "/home/a/.claude/settings.json",
+            '{"env": {"A": "user", "B": "user", "C": "user", "D": "user"}}',
+        ),
+        load_settings(
+            "/p/.claude/settings.json", '{"env": {"A": "project", "B": "project", "C": "project"}}'
+        ),
+        load_settings("/p/.claude/settings.local.json", '{"env": {"A": "local", "B": "local"}}'),
+        load_settings("/etc/claude-code/managed-settings.json", '{"env": {"A": "managed"}}'),
+    ]
+    c = Client(files=files, process_env={"A": "proc", "E": "proc"})
+    got = {k: c.env(k).value for k in "ABCDE"}  # type: ignore[union-attr]
+    assert got == {"A": "managed", "B": "local", "C": "project", "D": "user", "E": "proc"}
+
+
+def test_invalid_json_keeps_position() -> None:
+    sf = load_settings("s.json", '{\n  "env": {,}\n}')
+    assert sf.data is None and sf.error_line == 2
+
+
+def test_line_of_nested_key() -> None:
+    sf = load_settings("s.json", '{\n "model": "x",\n "env": {\n  "model": 1,\n  "K": "v"\n }\n}')
+    assert sf.line_of("env", "K") == 5
+    assert sf.line_of("model") == 2
+
+
+def test_several_user_files_are_several_clients() -> None:
+    files = [
+        load_settings("/home/a/.claude/settings.json", "{}"),
+        load_settings("/home/b/.claude/settings.json", "{}"),
+        load_settings("/etc/claude-code/managed-settings.json", "{}"),
+    ]
+    clients = group_clients(files, {})
+    assert len(clients) == 2
+    assert all(any(f.scope == "managed" for f in c.files) for c in clients)
