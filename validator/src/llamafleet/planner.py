@@ -809,7 +809,8 @@ def _offload_ladder(geo: Geometry, model: ModelFacts) -> list[Offload]:
         base = Offload(None, cpu_moe=True)
     else:
         base = Offload(None)
-    ladder += [replace(base, n_gpu_layers=n) for n in range(geo.n_layer, -1, -1)]
+    # down to one layer: a CPU-only run is not a GPU plan
+    ladder += [replace(base, n_gpu_layers=n) for n in range(geo.n_layer, 0, -1)]
     return ladder
 
 
@@ -836,9 +837,14 @@ def suggest(model: ModelFacts, vram_mib: float, want_ctx: int | None = None, *,
         choices += [("turbo4", "turbo4"), ("turbo3", "turbo3"), ("turbo2", "turbo2")]
     budget = vram_mib - margin_mib
 
-    def cfg_for(ctx: int, k: str, v: str, np_: int) -> ServerConfig:
-        argv = ["-c", str(ctx), "-ctk", k, "-ctv", v, "-np", str(np_), *extra_args]
-        return parse_argv_list(argv)
+    def cfg_for(ctx: int, k: str, v: str, np_: int, off: Offload) -> ServerConfig:
+        argv = ["-c", str(ctx), "-ctk", k, "-ctv", v, "-np", str(np_), "-ngl",
+                "99" if off.n_gpu_layers is None else str(off.n_gpu_layers)]
+        if off.cpu_moe:
+            argv.append("--cpu-moe")
+        elif off.n_cpu_moe:
+            argv += ["--n-cpu-moe", str(off.n_cpu_moe)]
+        return parse_argv_list([*argv, *extra_args])
 
     grid = sorted({*range(ctx_step, want, ctx_step), want})
 
@@ -847,7 +853,7 @@ def suggest(model: ModelFacts, vram_mib: float, want_ctx: int | None = None, *,
         for k, v in choices:
             for np_ in slot_choices:
                 def ok(i: int, k: str = k, v: str = v, np_: int = np_) -> bool:
-                    p = estimate(model, cfg_for(grid[i], k, v, np_), geo=geo, weights=w)
+                    p = estimate(model, cfg_for(grid[i], k, v, np_, off), geo=geo, weights=w)
                     return p.total_gpu_mib <= budget
                 if not ok(0):
                     continue
@@ -861,7 +867,7 @@ def suggest(model: ModelFacts, vram_mib: float, want_ctx: int | None = None, *,
                     else:
                         hi = mid
                 ctx = grid[lo]
-                plan = with_vram(estimate(model, cfg_for(ctx, k, v, np_), geo=geo, weights=w),
+                plan = with_vram(estimate(model, cfg_for(ctx, k, v, np_, off), geo=geo, weights=w),
                                  vram_mib, margin_mib)
                 found.append(Suggestion(ctx, k, v, off.n_gpu_layers, off.n_cpu_moe, off.cpu_moe,
                                         np_, plan))
