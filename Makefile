@@ -1,0 +1,63 @@
+# llamafleet: the two commands of the README, and their parts.
+#   make site   provision the local test host with the whole site (CPU build, tiny model)
+#   make test   lint + unit tests + Molecule scenarios on real systemd test hosts
+SHELL := /bin/bash
+.ONESHELL:
+.SHELLFLAGS := -euo pipefail -c
+
+export LLAMAFLEET_CACHE ?= /var/cache/llamafleet
+export LLAMAFLEET_TESTHOSTS ?= /var/tmp/llamafleet-testhosts
+export LLAMAFLEET_NET ?= 10.131.7
+export PIP_CACHE_DIR ?= $(LLAMAFLEET_CACHE)/pip
+export ANSIBLE_FORCE_COLOR ?= 0
+
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+export PATH := $(BIN):$(PATH)
+TESTHOST := molecule/_shared/testhost.sh
+
+.PHONY: help bootstrap site site-down test lint unit molecule bench clean
+
+help:
+	@sed -n '2,4p' Makefile
+
+# Python tools on the controller: Ansible, Molecule, testinfra, linters and the llamafleet package.
+$(VENV)/.stamp: validator/pyproject.toml requirements-dev.txt
+	python3 -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements-dev.txt
+	$(BIN)/pip install --quiet -e './validator[test]'
+	touch $@
+
+bootstrap: $(VENV)/.stamp
+	$(TESTHOST) deps
+
+# ---------------------------------------------------------------- main job
+site: bootstrap
+	$(BIN)/ansible-playbook inventories/local/testbed.yml
+	$(BIN)/ansible-playbook site.yml
+
+site-down:
+	$(TESTHOST) down lf-local || true
+	$(TESTHOST) cleanup || true
+
+# ---------------------------------------------------------------- tests
+test: bootstrap lint unit molecule
+
+lint: $(VENV)/.stamp
+	cd validator && $(BIN)/ruff check src tests tools && $(BIN)/ruff format --check src tests tools
+	cd validator && $(BIN)/mypy
+	$(BIN)/yamllint -s .
+	$(BIN)/ansible-lint --offline
+
+unit: $(VENV)/.stamp
+	cd validator && $(BIN)/python -m pytest -q -p no:cacheprovider
+
+molecule: bootstrap
+	$(BIN)/molecule test -s default
+
+bench: $(VENV)/.stamp
+	$(BIN)/python validator/tools/bench.py 1000
+
+clean: site-down
+	rm -rf $(VENV)
