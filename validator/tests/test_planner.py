@@ -104,11 +104,25 @@ def test_auto_asymmetric_is_flagged_and_optional(qwen: ModelFacts) -> None:
 # ----------------------------------------------------------------------------- rules
 
 
-@pytest.mark.parametrize(("ctype", "bits"), [
-    ("turbo2", 2.125), ("turbo3", 3.125), ("turbo4", 4.25), ("tq5_0", 5.125), ("tq6_0", 6.125),
-    ("q8_0", 8.5), ("q4_0", 4.5), ("q4_1", 5.0), ("q5_0", 5.5), ("q5_1", 6.0), ("iq4_nl", 4.5),
-    ("f16", 16.0), ("bf16", 16.0), ("f32", 32.0),
-])
+@pytest.mark.parametrize(
+    ("ctype", "bits"),
+    [
+        ("turbo2", 2.125),
+        ("turbo3", 3.125),
+        ("turbo4", 4.25),
+        ("tq5_0", 5.125),
+        ("tq6_0", 6.125),
+        ("q8_0", 8.5),
+        ("q4_0", 4.5),
+        ("q4_1", 5.0),
+        ("q5_0", 5.5),
+        ("q5_1", 6.0),
+        ("iq4_nl", 4.5),
+        ("f16", 16.0),
+        ("bf16", 16.0),
+        ("f32", 32.0),
+    ],
+)
 def test_kv_bits(ctype: str, bits: float) -> None:
     assert planner.kv_bits(ctype) == bits
 
@@ -198,16 +212,22 @@ def test_cpu_moe_moves_all_experts(qwen: ModelFacts) -> None:
 
 def test_ngl_moves_first_layers_and_output(qwen: ModelFacts) -> None:
     p = plan_for(qwen, "-c 8192 -ngl 20 -np 1")
-    on_host = sum(int(t["bytes"]) for t in qwen.tensors
-                  if t["name"].startswith("blk.")
-                  and int(t["name"].split(".")[1]) < 20) / MIB
+    on_host = (
+        sum(
+            int(t["bytes"])
+            for t in qwen.tensors
+            if t["name"].startswith("blk.") and int(t["name"].split(".")[1]) < 20
+        )
+        / MIB
+    )
     out = sum(int(t["bytes"]) for t in qwen.tensors if t["name"].startswith("output")) / MIB
     assert p.weights_host_mib == pytest.approx(397.8515625 + on_host + out)
     assert p.kv_host_mib == pytest.approx((p.kv_k_mib + p.kv_v_mib) / 2)  # 5 of 10 layers
     assert p.recurrent_host_mib == pytest.approx(p.recurrent_mib / 2)  # 15 of 30
     assert p.compute_logits_mib == 0  # output layer on the host
-    assert plan_for(qwen, "-c 8192 -ngl 40").weights_host_mib == pytest.approx(397.85 + out,
-                                                                               abs=0.01)
+    assert plan_for(qwen, "-c 8192 -ngl 40").weights_host_mib == pytest.approx(
+        397.85 + out, abs=0.01
+    )
 
 
 def test_override_tensor_to_cpu(qwen: ModelFacts) -> None:
@@ -222,11 +242,16 @@ def test_no_kv_offload_keeps_kv_on_host(qwen: ModelFacts) -> None:
 
 def _swa_model() -> ModelFacts:
     meta = {
-        "general.architecture": "gemma2", "gemma2.block_count": 4,
-        "gemma2.embedding_length": 1024, "gemma2.attention.head_count": 8,
-        "gemma2.attention.head_count_kv": 4, "gemma2.attention.key_length": 128,
-        "gemma2.attention.value_length": 128, "gemma2.attention.sliding_window": 4096,
-        "gemma2.context_length": 8192, "gemma2.vocab_size": 1000,
+        "general.architecture": "gemma2",
+        "gemma2.block_count": 4,
+        "gemma2.embedding_length": 1024,
+        "gemma2.attention.head_count": 8,
+        "gemma2.attention.head_count_kv": 4,
+        "gemma2.attention.key_length": 128,
+        "gemma2.attention.value_length": 128,
+        "gemma2.attention.sliding_window": 4096,
+        "gemma2.context_length": 8192,
+        "gemma2.vocab_size": 1000,
     }
     return ModelFacts(meta, [])
 
@@ -275,9 +300,19 @@ def test_total_grows_with_context(qwen_ctx: int, extra: int) -> None:
 
 def test_as_dict_keys(qwen: ModelFacts) -> None:
     d = plan_for(qwen, SEED_FLAGS).as_dict()
-    for key in ("weights_gpu_mib", "weights_host_mib", "kv_k_mib", "kv_v_mib", "recurrent_mib",
-                "checkpoints_mib", "compute_mib", "total_gpu_mib", "n_ctx", "n_parallel",
-                "kv_unified"):
+    for key in (
+        "weights_gpu_mib",
+        "weights_host_mib",
+        "kv_k_mib",
+        "kv_v_mib",
+        "recurrent_mib",
+        "checkpoints_mib",
+        "compute_mib",
+        "total_gpu_mib",
+        "n_ctx",
+        "n_parallel",
+        "kv_unified",
+    ):
         assert key in d
     assert "vram_mib" not in d and "fits" not in d
     d2 = planner.with_vram(plan_for(qwen, SEED_FLAGS), 16376).as_dict()
@@ -378,16 +413,19 @@ def test_tiny_gguf_plan(tiny_gguf: Path) -> None:
     assert p.recurrent_mib == 0 and p.checkpoints_mib == 0  # plain attention model
     embd = 256 * 1024 * 2 / MIB
     assert p.weights_host_mib == pytest.approx(embd)
-    assert p.weights_gpu_mib == pytest.approx(
-        sum(int(t["bytes"]) for t in m.tensors) / MIB - embd)
+    assert p.weights_gpu_mib == pytest.approx(sum(int(t["bytes"]) for t in m.tensors) / MIB - embd)
     # dense model: suggestions move layers with -ngl, never experts
     assert all(s.n_cpu_moe == 0 and not s.cpu_moe for s in suggest(m, 2048, 8192, margin_mib=0))
 
 
 def test_tied_embeddings_are_loaded_twice() -> None:
-    meta = {"general.architecture": "llama", "llama.block_count": 1,
-            "llama.embedding_length": 64, "llama.attention.head_count": 1,
-            "llama.context_length": 4096}
+    meta = {
+        "general.architecture": "llama",
+        "llama.block_count": 1,
+        "llama.embedding_length": 64,
+        "llama.attention.head_count": 1,
+        "llama.context_length": 4096,
+    }
     tensors = [{"name": "token_embd.weight", "type": "F16", "shape": [64, 100]}]
     p = plan_for(ModelFacts(meta, tensors), "-c 256 -np 1")
     assert p.weights_host_mib == p.weights_gpu_mib == 64 * 100 * 2 / MIB
@@ -406,16 +444,29 @@ def _cli(argv: list[str]) -> int:
 
 
 def test_cli_json_seed(capsys: pytest.CaptureFixture[str]) -> None:
-    code = _cli(["plan", "--model-meta", str(QWEN36), "--gpu-vram", "16376", "--format", "json",
-                 "--", *SEED_FLAGS.split()])
+    code = _cli(
+        [
+            "plan",
+            "--model-meta",
+            str(QWEN36),
+            "--gpu-vram",
+            "16376",
+            "--format",
+            "json",
+            "--",
+            *SEED_FLAGS.split(),
+        ]
+    )
     assert code == 0
     d = json.loads(capsys.readouterr().out)
     assert d["kv_k_mib"] == 390.625 and d["fits"] is True and d["vram_mib"] == 16376
 
 
 def test_cli_does_not_fit_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
-    assert _cli(["plan", "--model-meta", str(QWEN36), "--gpu-vram", "8G", "--",
-                 *SEED_FLAGS.split()]) == 1
+    assert (
+        _cli(["plan", "--model-meta", str(QWEN36), "--gpu-vram", "8G", "--", *SEED_FLAGS.split()])
+        == 1
+    )
     assert "DOES NOT FIT" in capsys.readouterr().out
 
 
@@ -425,8 +476,7 @@ def test_cli_without_vram_exit_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert "390.62" in out and "251.25" in out and "12634.81" in out
 
 
-def test_cli_input_errors_name_the_file(tmp_path: Path,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_input_errors_name_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "nope.json"
     assert _cli(["plan", "--model-meta", str(missing)]) == 2
     assert str(missing) in capsys.readouterr().err
@@ -446,20 +496,45 @@ def test_cli_input_errors_name_the_file(tmp_path: Path,
     assert str(script) in capsys.readouterr().err
 
 
-def test_cli_config_file_script_and_unit(tmp_path: Path,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_config_file_script_and_unit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     script = tmp_path / "serve.sh"
-    script.write_text("#!/bin/sh\nCTX=204800\nexec llama-server -m model.gguf \\\n"
-                      "  -c $CTX -ctk turbo3 -ctv turbo3 \\\n  -ngl 99\n", encoding="utf-8")
-    assert _cli(["plan", "--model-meta", str(QWEN36), "--config-file", str(script),
-                 "--format", "json"]) == 0
+    script.write_text(
+        "#!/bin/sh\nCTX=204800\nexec llama-server -m model.gguf \\\n"
+        "  -c $CTX -ctk turbo3 -ctv turbo3 \\\n  -ngl 99\n",
+        encoding="utf-8",
+    )
+    assert (
+        _cli(
+            ["plan", "--model-meta", str(QWEN36), "--config-file", str(script), "--format", "json"]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["kv_k_mib"] == 390.625
     unit = tmp_path / "llama.service"
-    unit.write_text("[Unit]\nDescription=x\n[Service]\nEnvironment=LLAMA_ARG_N_PARALLEL=1\n"
-                    "ExecStart=/opt/llama-server -c 65536 -ctk q8_0 -ctv q8_0\n",
-                    encoding="utf-8")
-    assert _cli(["plan", "--model-meta", str(QWEN36), "--config-file", str(unit),
-                 "--format", "json", "--", "-c", "131072"]) == 0
+    unit.write_text(
+        "[Unit]\nDescription=x\n[Service]\nEnvironment=LLAMA_ARG_N_PARALLEL=1\n"
+        "ExecStart=/opt/llama-server -c 65536 -ctk q8_0 -ctv q8_0\n",
+        encoding="utf-8",
+    )
+    assert (
+        _cli(
+            [
+                "plan",
+                "--model-meta",
+                str(QWEN36),
+                "--config-file",
+                str(unit),
+                "--format",
+                "json",
+                "--",
+                "-c",
+                "131072",
+            ]
+        )
+        == 0
+    )
     d = json.loads(capsys.readouterr().out)
     assert d["n_ctx"] == 131072 and d["n_parallel"] == 1 and d["cache_type_k"] == "q8_0"
 
@@ -475,8 +550,21 @@ def test_cli_gguf_and_suggest(tiny_gguf: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_cli_auto_asymmetric_flag(capsys: pytest.CaptureFixture[str]) -> None:
-    assert _cli(["plan", "--model-meta", str(QWEN36), "--turbo-auto-asymmetric", "--format",
-                 "json", "--", *SEED_FLAGS.split()]) == 0
+    assert (
+        _cli(
+            [
+                "plan",
+                "--model-meta",
+                str(QWEN36),
+                "--turbo-auto-asymmetric",
+                "--format",
+                "json",
+                "--",
+                *SEED_FLAGS.split(),
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["kv_k_mib"] == 1062.5
 
 

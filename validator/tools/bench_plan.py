@@ -25,13 +25,21 @@ def tiny_gguf(path: Path) -> None:
 
     rng = np.random.default_rng(0)
     w = gguf.GGUFWriter(str(path), "llama")
-    for add, val in ((w.add_block_count, 2), (w.add_context_length, 131072),
-                     (w.add_embedding_length, 256), (w.add_feed_forward_length, 512),
-                     (w.add_head_count, 2), (w.add_head_count_kv, 2)):
+    for add, val in (
+        (w.add_block_count, 2),
+        (w.add_context_length, 131072),
+        (w.add_embedding_length, 256),
+        (w.add_feed_forward_length, 512),
+        (w.add_head_count, 2),
+        (w.add_head_count_kv, 2),
+    ):
         add(val)
     w.add_layer_norm_rms_eps(1e-5)
-    shapes = {"token_embd.weight": (1024, 256), "output_norm.weight": (256,),
-              "output.weight": (1024, 256)}
+    shapes = {
+        "token_embd.weight": (1024, 256),
+        "output_norm.weight": (256,),
+        "output.weight": (1024, 256),
+    }
     for il in range(2):
         for n in ("attn_q", "attn_k", "attn_v", "attn_output"):
             shapes[f"blk.{il}.{n}.weight"] = (256, 256)
@@ -67,8 +75,22 @@ def command(flag: str, path: Path, runs: int = 5) -> float:
     best = float("inf")
     for _ in range(runs):
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "llamafleet", "plan", flag, str(path), "--format",
-                        "json", "--", *SEED], check=True, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "llamafleet",
+                "plan",
+                flag,
+                str(path),
+                "--format",
+                "json",
+                "--",
+                *SEED,
+            ],
+            check=True,
+            capture_output=True,
+        )
         best = min(best, time.perf_counter() - t)
     return best * 1000
 
@@ -77,8 +99,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tiny = Path(tmp) / "tiny.gguf"
         tiny_gguf(tiny)
-        rows = [("Qwen3.6 fixture (inspect JSON)", "--model-meta", FIXTURE),
-                (f"tiny GGUF ({os.path.getsize(tiny) / 1e6:.1f} MB)", "--gguf", tiny)]
+        rows = [
+            ("Qwen3.6 fixture (inspect JSON)", "--model-meta", FIXTURE),
+            (f"tiny GGUF ({os.path.getsize(tiny) / 1e6:.1f} MB)", "--gguf", tiny),
+        ]
         print(f"{'model':<34}{'load+estimate ms':>18}{'whole command ms':>18}")
         for label, flag, path in rows:
             print(f"{label:<34}{in_process(flag, path):>18.1f}{command(flag, path):>18.1f}")
@@ -88,8 +112,10 @@ def main() -> None:
         model = load_model_meta(str(FIXTURE))
         t = time.perf_counter()
         suggestion_table(model)
-        print(f"suggest for 5 GPU sizes on the Qwen3.6 fixture: "
-              f"{(time.perf_counter() - t) * 1000:.0f} ms")
+        print(
+            f"suggest for 5 GPU sizes on the Qwen3.6 fixture: "
+            f"{(time.perf_counter() - t) * 1000:.0f} ms"
+        )
 
 
 if __name__ == "__main__":

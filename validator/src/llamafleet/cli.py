@@ -7,22 +7,16 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from llamafleet import __version__
-from llamafleet.catalogue import catalogue, docs_page
-from llamafleet.engine import (
-    SEVERITIES,
-    Config,
-    ConfigError,
-    Inputs,
-    add_file,
-    exit_code,
-    load_config,
-    run,
-)
-from llamafleet.facts import Facts, FactsError, apply_manifest, load_facts_file
-from llamafleet.gguf_meta import GGUFError, inspect_gguf, load_model_meta
-from llamafleet.output import FORMATTERS
+from llamafleet.errors import SEVERITIES, InputError
+
+if TYPE_CHECKING:
+    from llamafleet.facts import Facts
+
+# Imports of the check machinery (catalogue, JSON Schema, YAML) happen inside the commands that
+# need them, so `plan` and `inspect` start fast.
 
 EXIT_USAGE = 2
 CONFIG_NAMES = (".llamafleet.yaml", ".llamafleet.yml")
@@ -62,6 +56,9 @@ def _add_fact_options(p: argparse.ArgumentParser) -> None:
 
 
 def gather_facts(args: argparse.Namespace) -> Facts:
+    from llamafleet.facts import Facts, FactsError, apply_manifest, load_facts_file
+    from llamafleet.gguf_meta import GGUFError, load_model_meta
+
     facts = Facts()
     try:
         if args.facts:
@@ -102,6 +99,10 @@ def gather_facts(args: argparse.Namespace) -> Facts:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from llamafleet.catalogue import catalogue
+    from llamafleet.engine import Config, Inputs, add_file, exit_code, load_config, run
+    from llamafleet.output import FORMATTERS
+
     inputs = Inputs()
     for path in args.files:
         add_file(inputs, path, _read(path))
@@ -149,6 +150,8 @@ def _quote(word: str) -> str:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    from llamafleet.catalogue import catalogue, docs_page
+
     rid = args.rule.upper()
     cat = catalogue()
     info = cat.get(rid) or next((r for r in cat.values() if r.name == args.rule), None)
@@ -162,6 +165,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
+    from llamafleet.catalogue import catalogue
+
     cat = catalogue()
     if args.format == "json":
         out = [
@@ -184,6 +189,8 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    from llamafleet.gguf_meta import GGUFError, inspect_gguf
+
     try:
         data = inspect_gguf(args.model)
     except GGUFError as exc:
@@ -297,7 +304,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
         return code
-    except (UsageError, ConfigError) as exc:
+    except UsageError as exc:
+        sys.stderr.write(f"llamafleet: error: {exc}\n")
+        return EXIT_USAGE
+    except InputError as exc:
         sys.stderr.write(f"llamafleet: error: {exc}\n")
         return EXIT_USAGE
     except BrokenPipeError:

@@ -13,16 +13,16 @@ import yaml
 
 from llamafleet.argv import ParseError, ServerConfig, parse_argv_string, parse_mapping, parse_script
 from llamafleet.catalogue import RuleInfo, catalogue
+from llamafleet.errors import SEVERITIES, InputError
 from llamafleet.facts import Facts
 from llamafleet.rules import Context, Hit, load_all
 from llamafleet.settings import SettingsFile, group_clients, load_settings
 from llamafleet.units import Unit, parse_unit
 
-SEVERITIES = ("error", "warning", "info")
 RANK = {s: i for i, s in enumerate(SEVERITIES)}
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     pass
 
 

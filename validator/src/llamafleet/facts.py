@@ -12,11 +12,12 @@ from typing import Any
 
 import yaml
 
+from llamafleet.errors import InputError
 from llamafleet.flags import HelpFacts, parse_help
 from llamafleet.gguf_meta import ModelFacts, load_model_meta, model_from_dict
 
 
-class FactsError(ValueError):
+class FactsError(InputError):
     pass
 
 
@@ -73,8 +74,9 @@ def _cc(value: Any) -> str:
 
 def apply_manifest(facts: Facts, manifest: Mapping[str, Any], base: str) -> None:
     """Read a build manifest written by the ``llama_cpp`` role."""
-    if manifest.get("version_text"):
-        facts.set_version(str(manifest["version_text"]))
+    version = manifest.get("version_text") or manifest.get("version_output")
+    if version:
+        facts.set_version(str(version))
     if manifest.get("help_text"):
         facts.set_help(str(manifest["help_text"]))
     elif manifest.get("help_file"):

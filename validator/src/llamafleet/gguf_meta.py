@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from llamafleet.errors import InputError
+
 #: Metadata arrays that are large and say nothing about memory: summarised by their length.
 _SKIPPED_ARRAYS = (
     "tokenizer.ggml.tokens",
@@ -41,7 +43,7 @@ RECURRENT_ARCHS = frozenset(
 )
 
 
-class GGUFError(ValueError):
+class GGUFError(InputError):
     pass
 
 

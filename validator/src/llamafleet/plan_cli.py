@@ -35,35 +35,65 @@ class _InputError(Exception):
 def register(subparsers: Any) -> None:
     """Add the ``plan`` subcommand to an argparse ``add_subparsers()`` object."""
     p: argparse.ArgumentParser = subparsers.add_parser(
-        "plan", help="estimate GPU memory for a model and llama-server flags",
+        "plan",
+        help="estimate GPU memory for a model and llama-server flags",
         description="Estimate GPU and host memory per component (weights, K/V cache, recurrent "
-                    "state, context checkpoints, compute) for a model and llama-server flags, "
-                    "and optionally propose flags that fit a GPU (--suggest). llama-server "
-                    "flags follow --, or come from --config-file.")
+        "state, context checkpoints, compute) for a model and llama-server flags, "
+        "and optionally propose flags that fit a GPU (--suggest). llama-server "
+        "flags follow --, or come from --config-file.",
+    )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--gguf", metavar="FILE", help="the GGUF model")
-    src.add_argument("--model-meta", metavar="FILE",
-                     help="`llamafleet inspect --format json` output of the model")
-    p.add_argument("--gpu-vram", metavar="MIB", type=_mib,
-                   help="GPU memory in MiB (suffix G/GiB for GiB), e.g. 16376 or 16G")
-    p.add_argument("--margin", metavar="MIB", type=_mib, default=DEFAULT_MARGIN_MIB,
-                   help=f"memory to keep free (default {DEFAULT_MARGIN_MIB:g} MiB, as "
-                        "llama.cpp's --fit-target)")
-    p.add_argument("--suggest", action="store_true",
-                   help="propose ctx, cache types, -ngl/--n-cpu-moe and -np that fit --gpu-vram "
-                        "(-c in the flags is the wanted context; default 204800)")
-    p.add_argument("--no-turbo", action="store_true",
-                   help="with --suggest: the build has no TurboQuant cache types (upstream)")
-    p.add_argument("--turbo-auto-asymmetric", action="store_true",
-                   help="model the TurboQuant fork's 2026-05 build, which rewrites a symmetric "
-                        "turbo K to q8_0 when query/KV heads >= 6 (default: the seed's older "
-                        "build, which keeps turbo K)")
+    src.add_argument(
+        "--model-meta",
+        metavar="FILE",
+        help="`llamafleet inspect --format json` output of the model",
+    )
+    p.add_argument(
+        "--gpu-vram",
+        metavar="MIB",
+        type=_mib,
+        help="GPU memory in MiB (suffix G/GiB for GiB), e.g. 16376 or 16G",
+    )
+    p.add_argument(
+        "--margin",
+        metavar="MIB",
+        type=_mib,
+        default=DEFAULT_MARGIN_MIB,
+        help=f"memory to keep free (default {DEFAULT_MARGIN_MIB:g} MiB, as "
+        "llama.cpp's --fit-target)",
+    )
+    p.add_argument(
+        "--suggest",
+        action="store_true",
+        help="propose ctx, cache types, -ngl/--n-cpu-moe and -np that fit --gpu-vram "
+        "(-c in the flags is the wanted context; default 204800)",
+    )
+    p.add_argument(
+        "--no-turbo",
+        action="store_true",
+        help="with --suggest: the build has no TurboQuant cache types (upstream)",
+    )
+    p.add_argument(
+        "--turbo-auto-asymmetric",
+        action="store_true",
+        help="model the TurboQuant fork's 2026-05 build, which rewrites a symmetric "
+        "turbo K to q8_0 when query/KV heads >= 6 (default: the seed's older "
+        "build, which keeps turbo K)",
+    )
     p.add_argument("--format", choices=("human", "json"), default="human")
-    p.add_argument("--config-file", metavar="FILE",
-                   help="shell/.cmd script or systemd unit that starts llama-server; flags after "
-                        "-- are added after it (and win)")
-    p.add_argument("server_args", nargs=argparse.REMAINDER, metavar="-- FLAGS",
-                   help="llama-server flags, e.g. -- -c 204800 -ctk q8_0 -ctv turbo3 -ngl 99")
+    p.add_argument(
+        "--config-file",
+        metavar="FILE",
+        help="shell/.cmd script or systemd unit that starts llama-server; flags after "
+        "-- are added after it (and win)",
+    )
+    p.add_argument(
+        "server_args",
+        nargs=argparse.REMAINDER,
+        metavar="-- FLAGS",
+        help="llama-server flags, e.g. -- -c 204800 -ctk q8_0 -ctv turbo3 -ngl 99",
+    )
     p.set_defaults(func=run)
 
 
@@ -106,8 +136,10 @@ def _load_config(args: argparse.Namespace) -> ServerConfig:
 def _load_model(args: argparse.Namespace, cfg: ServerConfig) -> ModelFacts:
     path = args.gguf or args.model_meta or cfg.value("--model")
     if not path:
-        raise _InputError("give the model: --gguf FILE or --model-meta FILE.json (or -m FILE in "
-                          "the llama-server flags)")
+        raise _InputError(
+            "give the model: --gguf FILE or --model-meta FILE.json (or -m FILE in "
+            "the llama-server flags)"
+        )
     if not os.path.isfile(path):
         raise _InputError(f"{path}: no such file")
     try:
@@ -140,10 +172,20 @@ def _run_suggest(args: argparse.Namespace, model: ModelFacts, cfg: ServerConfig)
     if args.gpu_vram is None:
         raise _InputError("--suggest needs --gpu-vram MiB")
     want = cfg.int_value("--ctx-size")
-    rest = [a for o in cfg.options if o.canonical in _PASS_THROUGH
-            for a in ([o.written] + ([o.value] if o.value is not None else []))]
-    found = planner.suggest(model, args.gpu_vram, want if want and want > 0 else None,
-                            margin_mib=args.margin, turbo=not args.no_turbo, extra_args=rest)
+    rest = [
+        a
+        for o in cfg.options
+        if o.canonical in _PASS_THROUGH
+        for a in ([o.written] + ([o.value] if o.value is not None else []))
+    ]
+    found = planner.suggest(
+        model,
+        args.gpu_vram,
+        want if want and want > 0 else None,
+        margin_mib=args.margin,
+        turbo=not args.no_turbo,
+        extra_args=rest,
+    )
     if args.format == "json":
         sys.stdout.write(json.dumps([s.as_dict() for s in found], indent=2) + "\n")
     else:
@@ -152,15 +194,28 @@ def _run_suggest(args: argparse.Namespace, model: ModelFacts, cfg: ServerConfig)
 
 
 #: Flags a suggestion keeps from the given command line (they change the arithmetic).
-_PASS_THROUGH = frozenset({"--ubatch-size", "--batch-size", "--ctx-checkpoints", "--swa-full",
-                           "--flash-attn", "--kv-offload", "--cache-ram", "--mmproj",
-                           "--mmproj-offload"})
+_PASS_THROUGH = frozenset(
+    {
+        "--ubatch-size",
+        "--batch-size",
+        "--ctx-checkpoints",
+        "--swa-full",
+        "--flash-attn",
+        "--kv-offload",
+        "--cache-ram",
+        "--mmproj",
+        "--mmproj-offload",
+    }
+)
 
 
 def format_plan(plan: Plan) -> str:
     """The human report of one plan."""
-    slots = (f"{plan.n_parallel} slots, unified KV" if plan.kv_unified
-             else f"{plan.n_parallel} slots x {plan.n_ctx_seq} tokens")
+    slots = (
+        f"{plan.n_parallel} slots, unified KV"
+        if plan.kv_unified
+        else f"{plan.n_parallel} slots x {plan.n_ctx_seq} tokens"
+    )
     offload = f"-ngl {plan.n_gpu_layers}"
     if plan.cpu_moe:
         offload += " --cpu-moe"
@@ -185,20 +240,31 @@ def format_plan(plan: Plan) -> str:
     row(f"K cache ({plan.cache_type_k})", plan.kv_k_mib - k_host, k_host)
     row(f"V cache ({plan.cache_type_v})", plan.kv_v_mib - v_host, v_host)
     if plan.recurrent_mib:
-        row(f"recurrent state ({plan.n_parallel} x {plan.recurrent_per_slot_mib:.2f})",
-            plan.recurrent_mib - plan.recurrent_host_mib, plan.recurrent_host_mib)
+        row(
+            f"recurrent state ({plan.n_parallel} x {plan.recurrent_per_slot_mib:.2f})",
+            plan.recurrent_mib - plan.recurrent_host_mib,
+            plan.recurrent_host_mib,
+        )
     if plan.checkpoints_mib:
-        row(f"checkpoints (max {plan.n_parallel} x {plan.n_checkpoints} x "
-            f"{plan.checkpoint_each_mib:.2f})", 0.0, plan.checkpoints_mib)
+        row(
+            f"checkpoints (max {plan.n_parallel} x {plan.n_checkpoints} x "
+            f"{plan.checkpoint_each_mib:.2f})",
+            0.0,
+            plan.checkpoints_mib,
+        )
     if plan.mmproj_mib:
         row("multimodal projector", plan.mmproj_mib)
     row("compute (estimate)", plan.compute_mib)
-    lines.append(f"{'  logits / mask / activations':<34}"
-                 f"{plan.compute_logits_mib:>8.0f} / {plan.compute_mask_mib:.0f} / "
-                 f"{plan.compute_activations_mib:.0f}")
+    lines.append(
+        f"{'  logits / mask / activations':<34}"
+        f"{plan.compute_logits_mib:>8.0f} / {plan.compute_mask_mib:.0f} / "
+        f"{plan.compute_activations_mib:.0f}"
+    )
     if plan.compute_kq_mib or plan.compute_fa_staging_mib:
-        lines.append(f"{'  KQ / f16 staging of K,V':<34}{plan.compute_kq_mib:>8.0f} / "
-                     f"{plan.compute_fa_staging_mib:.0f}")
+        lines.append(
+            f"{'  KQ / f16 staging of K,V':<34}{plan.compute_kq_mib:>8.0f} / "
+            f"{plan.compute_fa_staging_mib:.0f}"
+        )
     lines.append(f"{'  CUDA context and pool':<34}{plan.cuda_overhead_mib:>8.0f}")
     if plan.cache_ram_mib > 0:
         row("prompt cache (--cache-ram limit)", 0.0, plan.cache_ram_mib)
@@ -206,9 +272,11 @@ def format_plan(plan: Plan) -> str:
     row("total", plan.total_gpu_mib, plan.total_host_mib)
     if plan.vram_mib is not None:
         verdict = "fits" if plan.fits else "DOES NOT FIT"
-        lines.append(f"GPU {plan.vram_mib:.0f} MiB - margin {plan.margin_mib:.0f} MiB = "
-                     f"{plan.vram_mib - plan.margin_mib:.0f} MiB available: {verdict} "
-                     f"({plan.vram_mib - plan.margin_mib - plan.total_gpu_mib:+.0f} MiB)")
+        lines.append(
+            f"GPU {plan.vram_mib:.0f} MiB - margin {plan.margin_mib:.0f} MiB = "
+            f"{plan.vram_mib - plan.margin_mib:.0f} MiB available: {verdict} "
+            f"({plan.vram_mib - plan.margin_mib - plan.total_gpu_mib:+.0f} MiB)"
+        )
     for note in plan.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines) + "\n"
@@ -216,13 +284,16 @@ def format_plan(plan: Plan) -> str:
 
 def format_suggestions(found: list[Suggestion], vram_mib: float, margin_mib: float) -> str:
     if not found:
-        return (f"nothing fits in {vram_mib:.0f} MiB with a {margin_mib:.0f} MiB margin, even "
-                "with all experts/layers on the host\n")
+        return (
+            f"nothing fits in {vram_mib:.0f} MiB with a {margin_mib:.0f} MiB margin, even "
+            "with all experts/layers on the host\n"
+        )
     best = found[0]
-    lines = [f"best for {vram_mib:.0f} MiB (margin {margin_mib:.0f} MiB):",
-             "  " + " ".join(best.args()),
-             f"  GPU total {best.plan.total_gpu_mib:.0f} MiB, free "
-             f"{(best.plan.free_mib or 0):.0f} MiB"]
+    lines = [
+        f"best for {vram_mib:.0f} MiB (margin {margin_mib:.0f} MiB):",
+        "  " + " ".join(best.args()),
+        f"  GPU total {best.plan.total_gpu_mib:.0f} MiB, free {(best.plan.free_mib or 0):.0f} MiB",
+    ]
     lines += [f"  note: {n}" for n in best.notes]
     if len(found) > 1:
         lines.append("alternatives (one per cache-type pair):")

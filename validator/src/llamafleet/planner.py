@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from llamafleet.argv import ServerConfig, parse_argv_list
+from llamafleet.errors import InputError
 from llamafleet.gguf_meta import ModelFacts
 
 MIB = 1024 * 1024
@@ -78,24 +79,56 @@ TURBO_AUTO_ASYMMETRIC_RATIO = 6
 #: Architectures whose layers are all recurrent (no KV cache at all).
 _PURE_RECURRENT = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
 #: Architectures with a fixed SWA pattern in llama-model.cpp (every n-th layer is full).
-_SWA_PATTERN_DEFAULTS = {"gemma2": 2, "gemma3": 6, "gemma3n": 5, "cohere2": 4, "gpt-oss": 2,
-                         "exaone4": 4, "llama4": 4}
+_SWA_PATTERN_DEFAULTS = {
+    "gemma2": 2,
+    "gemma3": 6,
+    "gemma3n": 5,
+    "cohere2": 4,
+    "gpt-oss": 2,
+    "exaone4": 4,
+    "llama4": 4,
+}
 _EXPERT_RE = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch)?exps")
 _BLK_RE = re.compile(r"^blk\.(\d+)\.")
 
 # ggml weight types: (values per block, bytes per block), for tensors without a "bytes" field.
 _GGML_WEIGHT_SIZES: dict[str, tuple[int, int]] = {
-    "F32": (1, 4), "F16": (1, 2), "BF16": (1, 2), "F64": (1, 8), "I8": (1, 1), "I16": (1, 2),
-    "I32": (1, 4), "I64": (1, 8), "Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22),
-    "Q5_1": (32, 24), "Q8_0": (32, 34), "Q8_1": (32, 40), "Q2_K": (256, 84), "Q3_K": (256, 110),
-    "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210), "Q8_K": (256, 292),
-    "IQ2_XXS": (256, 66), "IQ2_XS": (256, 74), "IQ3_XXS": (256, 98), "IQ1_S": (256, 50),
-    "IQ4_NL": (32, 18), "IQ3_S": (256, 110), "IQ2_S": (256, 82), "IQ4_XS": (256, 136),
-    "IQ1_M": (256, 56), "TQ1_0": (256, 54), "TQ2_0": (256, 66), "MXFP4": (32, 17),
+    "F32": (1, 4),
+    "F16": (1, 2),
+    "BF16": (1, 2),
+    "F64": (1, 8),
+    "I8": (1, 1),
+    "I16": (1, 2),
+    "I32": (1, 4),
+    "I64": (1, 8),
+    "Q4_0": (32, 18),
+    "Q4_1": (32, 20),
+    "Q5_0": (32, 22),
+    "Q5_1": (32, 24),
+    "Q8_0": (32, 34),
+    "Q8_1": (32, 40),
+    "Q2_K": (256, 84),
+    "Q3_K": (256, 110),
+    "Q4_K": (256, 144),
+    "Q5_K": (256, 176),
+    "Q6_K": (256, 210),
+    "Q8_K": (256, 292),
+    "IQ2_XXS": (256, 66),
+    "IQ2_XS": (256, 74),
+    "IQ3_XXS": (256, 98),
+    "IQ1_S": (256, 50),
+    "IQ4_NL": (32, 18),
+    "IQ3_S": (256, 110),
+    "IQ2_S": (256, 82),
+    "IQ4_XS": (256, 136),
+    "IQ1_M": (256, 56),
+    "TQ1_0": (256, 54),
+    "TQ2_0": (256, 66),
+    "MXFP4": (32, 17),
 }
 
 
-class PlanError(ValueError):
+class PlanError(InputError):
     """The model metadata or the flags cannot be planned (missing keys, bad values)."""
 
 
@@ -142,8 +175,11 @@ class Geometry:
 
     @property
     def max_gqa_ratio(self) -> float:
-        ratios = [h / kv for h, kv, a in zip(self.n_head, self.n_head_kv, self.attention,
-                                              strict=True) if a and kv > 0]
+        ratios = [
+            h / kv
+            for h, kv, a in zip(self.n_head, self.n_head_kv, self.attention, strict=True)
+            if a and kv > 0
+        ]
         return max(ratios, default=1.0)
 
 
@@ -170,7 +206,8 @@ def _per_layer(model: ModelFacts, key: str, n_layer: int, default: int | None) -
     if iv is None:
         if default is None:
             raise PlanError(
-                f"{model.path or model.name}: metadata key {model.architecture}.{key} is missing")
+                f"{model.path or model.name}: metadata key {model.architecture}.{key} is missing"
+            )
         iv = default
     return [iv] * n_layer
 
@@ -219,8 +256,10 @@ def geometry(model: ModelFacts) -> Geometry:
         recurrent = [kv == 0 for kv in n_head_kv]
     elif model.is_recurrent:
         recurrent = [True] * n_layer
-        notes.append(f"{arch}: layer kinds unknown; counted every layer as both attention and "
-                     "recurrent (conservative)")
+        notes.append(
+            f"{arch}: layer kinds unknown; counted every layer as both attention and "
+            "recurrent (conservative)"
+        )
 
     # sliding-window layers
     n_swa = _int(model.arch_key("attention.sliding_window")) or 0
@@ -235,8 +274,10 @@ def geometry(model: ModelFacts) -> Geometry:
             if p:
                 swa = [il % p < p - 1 for il in range(n_layer)]
             else:
-                notes.append(f"{arch}: sliding_window set but no layer pattern known; counted "
-                             "every layer as full attention (conservative)")
+                notes.append(
+                    f"{arch}: sliding_window set but no layer pattern known; counted "
+                    "every layer as full attention (conservative)"
+                )
 
     # recurrent state per layer per sequence (llama_hparams::n_embd_r / n_embd_s, f32)
     d_conv = _int(model.arch_key("ssm.conv_kernel")) or 0
@@ -255,8 +296,10 @@ def geometry(model: ModelFacts) -> Geometry:
         n_s = d_state * d_inner
     rs_bytes = 4 * (n_r + n_s)
     if any(recurrent) and rs_bytes == 0:
-        notes.append(f"{arch}: recurrent layers but no ssm.*/wkv.* sizes in the metadata; "
-                     "recurrent state counted as 0")
+        notes.append(
+            f"{arch}: recurrent layers but no ssm.*/wkv.* sizes in the metadata; "
+            "recurrent state counted as 0"
+        )
 
     n_expert_used = _int(model.arch_key("expert_used_count")) or 0
     n_ff_exp = _int(model.arch_key("expert_feed_forward_length")) or 0
@@ -266,16 +309,29 @@ def geometry(model: ModelFacts) -> Geometry:
     ffn_per_token = n_expert_used * n_ff_exp + n_ff_sh if n_expert_used and n_ff_exp else n_ff
     ssm_width = d_inner + 2 * n_group * d_state
 
-    if arch in ("deepseek2", "glm4moe_lite", "kimi_k2") or model.arch_key(
-            "attention.kv_lora_rank"):
-        notes.append(f"{arch}: MLA attention is not modelled; K/V use key_length/value_length "
-                     "(an over-estimate)")
+    if arch in ("deepseek2", "glm4moe_lite", "kimi_k2") or model.arch_key("attention.kv_lora_rank"):
+        notes.append(
+            f"{arch}: MLA attention is not modelled; K/V use key_length/value_length "
+            "(an over-estimate)"
+        )
     return Geometry(
-        arch=arch, n_layer=n_layer, n_embd=n_embd, n_vocab=n_vocab,
-        n_ctx_train=model.context_length, n_head=tuple(n_head), n_head_kv=tuple(n_head_kv),
-        head_k=head_k, head_v=head_v, attention=tuple(attention), swa=tuple(swa),
-        recurrent=tuple(recurrent), n_swa=n_swa, rs_bytes_per_layer=rs_bytes,
-        ffn_per_token=ffn_per_token, ssm_width=ssm_width, notes=tuple(notes),
+        arch=arch,
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_vocab=n_vocab,
+        n_ctx_train=model.context_length,
+        n_head=tuple(n_head),
+        n_head_kv=tuple(n_head_kv),
+        head_k=head_k,
+        head_v=head_v,
+        attention=tuple(attention),
+        swa=tuple(swa),
+        recurrent=tuple(recurrent),
+        n_swa=n_swa,
+        rs_bytes_per_layer=rs_bytes,
+        ffn_per_token=ffn_per_token,
+        ssm_width=ssm_width,
+        notes=tuple(notes),
     )
 
 
@@ -292,8 +348,9 @@ def _kv_type(cache_type: str) -> tuple[int, int]:
     try:
         return KV_TYPES[cache_type.lower()]
     except KeyError:
-        raise PlanError(f"unknown KV cache type {cache_type!r} (known: {', '.join(KV_TYPES)})"
-                        ) from None
+        raise PlanError(
+            f"unknown KV cache type {cache_type!r} (known: {', '.join(KV_TYPES)})"
+        ) from None
 
 
 def kv_row_bytes(cache_type: str, n_head_kv: int, head_dim: int) -> int:
@@ -340,8 +397,9 @@ class Offload:
     gpu_patterns: tuple[str, ...] = ()  # -ot regexes pinned to a GPU buffer
 
 
-def _placement(name: str, n_layer: int, i_gpu_start: int, output_on_gpu: bool,
-               off: Offload) -> bool:
+def _placement(
+    name: str, n_layer: int, i_gpu_start: int, output_on_gpu: bool, off: Offload
+) -> bool:
     """True when a tensor is stored on the GPU."""
     for pat in off.gpu_patterns:
         if re.search(pat, name):
@@ -369,8 +427,11 @@ class Weights:
 
 def weights_split(model: ModelFacts, geo: Geometry, off: Offload) -> Weights:
     n_layer = geo.n_layer
-    ngl = n_layer + 1 if off.n_gpu_layers is None or off.n_gpu_layers < 0 else min(
-        off.n_gpu_layers, n_layer + 1)
+    ngl = (
+        n_layer + 1
+        if off.n_gpu_layers is None or off.n_gpu_layers < 0
+        else min(off.n_gpu_layers, n_layer + 1)
+    )
     i_gpu_start = max(n_layer - ngl, 0)
     output_on_gpu = ngl > n_layer
     gpu = host = 0
@@ -468,8 +529,12 @@ def fits(plan: Plan, vram_mib: float, margin_mib: float = DEFAULT_MARGIN_MIB) ->
 
 def with_vram(plan: Plan, vram_mib: float, margin_mib: float = DEFAULT_MARGIN_MIB) -> Plan:
     """The plan with ``vram_mib``, ``margin_mib`` and ``fits`` filled in."""
-    return replace(plan, vram_mib=float(vram_mib), margin_mib=float(margin_mib),
-                   fits=fits(plan, vram_mib, margin_mib))
+    return replace(
+        plan,
+        vram_mib=float(vram_mib),
+        margin_mib=float(margin_mib),
+        fits=fits(plan, vram_mib, margin_mib),
+    )
 
 
 def _gpu_layers(cfg: ServerConfig) -> int | None:
@@ -502,8 +567,14 @@ def offload_from_config(cfg: ServerConfig) -> Offload:
     )
 
 
-def estimate(model: ModelFacts, cfg: ServerConfig, *, auto_asymmetric: bool = False,
-             geo: Geometry | None = None, weights: Weights | None = None) -> Plan:
+def estimate(
+    model: ModelFacts,
+    cfg: ServerConfig,
+    *,
+    auto_asymmetric: bool = False,
+    geo: Geometry | None = None,
+    weights: Weights | None = None,
+) -> Plan:
     """Memory needed by llama-server for ``model`` started with the flags in ``cfg``.
 
     ``auto_asymmetric``: model the TurboQuant fork's 2026-05 behaviour that rewrites a symmetric
@@ -529,8 +600,10 @@ def estimate(model: ModelFacts, cfg: ServerConfig, *, auto_asymmetric: bool = Fa
         if not geo.n_ctx_train:
             raise PlanError(f"{where}: no -c given and the model has no context_length")
         ctx_req = geo.n_ctx_train
-        notes.append(f"-c not set: llama-server uses the training context {ctx_req}"
-                     + (" (--fit may shrink it)" if ctx_flag is None else ""))
+        notes.append(
+            f"-c not set: llama-server uses the training context {ctx_req}"
+            + (" (--fit may shrink it)" if ctx_flag is None else "")
+        )
     else:
         ctx_req = ctx_flag
     n_ctx = pad(ctx_req, CTX_PAD)
@@ -544,12 +617,16 @@ def estimate(model: ModelFacts, cfg: ServerConfig, *, auto_asymmetric: bool = Fa
         n_ctx = n_ctx_seq * n_parallel
         n_stream = n_parallel
         if n_parallel > 1:
-            notes.append(f"--no-kv-unified with {n_parallel} slots: each request gets "
-                         f"{n_ctx_seq} tokens, not {ctx_req}")
+            notes.append(
+                f"--no-kv-unified with {n_parallel} slots: each request gets "
+                f"{n_ctx_seq} tokens, not {ctx_req}"
+            )
     if geo.n_ctx_train and n_ctx_seq > geo.n_ctx_train:
-        notes.append(f"slot context {n_ctx_seq} exceeds the training context "
-                     f"{geo.n_ctx_train}: llama-server caps each slot at it (memory is still "
-                     "allocated for the full -c)")
+        notes.append(
+            f"slot context {n_ctx_seq} exceeds the training context "
+            f"{geo.n_ctx_train}: llama-server caps each slot at it (memory is still "
+            "allocated for the full -c)"
+        )
     n_batch = cfg.int_value("--batch-size") or DEFAULT_N_BATCH
     n_ubatch = min(cfg.int_value("--ubatch-size") or DEFAULT_N_UBATCH, n_batch)
 
@@ -572,32 +649,53 @@ def estimate(model: ModelFacts, cfg: ServerConfig, *, auto_asymmetric: bool = Fa
     if type_v in ("tq5_0", "tq6_0"):
         notes.append(f"{type_v} is a K-only TurboQuant type; the fork rejects it for V")
     auto_asym = (
-        type_k == type_v and type_k in ("turbo2", "turbo3", "turbo4")
-        and geo.max_gqa_ratio >= TURBO_AUTO_ASYMMETRIC_RATIO and geo.n_attention_layers > 0
+        type_k == type_v
+        and type_k in ("turbo2", "turbo3", "turbo4")
+        and geo.max_gqa_ratio >= TURBO_AUTO_ASYMMETRIC_RATIO
+        and geo.n_attention_layers > 0
     )
     eff_k = type_k
     if auto_asym:
         if auto_asymmetric:
             eff_k = "q8_0"
-            notes.append(f"symmetric {type_k} K with head ratio {geo.max_gqa_ratio:g} >= 6: the "
-                         "fork's 2026-05 build rewrites K to q8_0 (TURBO_AUTO_ASYMMETRIC); "
-                         "modelled as q8_0")
+            notes.append(
+                f"symmetric {type_k} K with head ratio {geo.max_gqa_ratio:g} >= 6: the "
+                "fork's 2026-05 build rewrites K to q8_0 (TURBO_AUTO_ASYMMETRIC); "
+                "modelled as q8_0"
+            )
         else:
-            alt = _kv_total(geo, "q8_0", "k", n_ctx_seq=n_ctx_seq, n_stream=n_stream,
-                            n_parallel=n_parallel, unified=kv_unified, n_ubatch=n_ubatch,
-                            swa_full=cfg.has("--swa-full")) / MIB
-            notes.append(f"symmetric {type_k} K with head ratio {geo.max_gqa_ratio:g} >= 6: the "
-                         "fork's 2026-05 build silently uses q8_0 K instead "
-                         f"(K {alt:.2f} MiB; TURBO_AUTO_ASYMMETRIC=0 keeps {type_k}); "
-                         "planned as the seed's older build")
+            alt = (
+                _kv_total(
+                    geo,
+                    "q8_0",
+                    "k",
+                    n_ctx_seq=n_ctx_seq,
+                    n_stream=n_stream,
+                    n_parallel=n_parallel,
+                    unified=kv_unified,
+                    n_ubatch=n_ubatch,
+                    swa_full=cfg.has("--swa-full"),
+                )
+                / MIB
+            )
+            notes.append(
+                f"symmetric {type_k} K with head ratio {geo.max_gqa_ratio:g} >= 6: the "
+                "fork's 2026-05 build silently uses q8_0 K instead "
+                f"(K {alt:.2f} MiB; TURBO_AUTO_ASYMMETRIC=0 keeps {type_k}); "
+                "planned as the seed's older build"
+            )
     for t, which, hd in ((eff_k, "K", geo.head_k), (type_v, "V", geo.head_v)):
         blk = _kv_type(t)[0]
         if t in TURBO_KV_TYPES and hd % TURBO_BLOCK:
-            notes.append(f"{which} head_dim {hd} is zero-padded to {pad(hd, TURBO_BLOCK)} for "
-                         f"{t}: the saving shrinks")
+            notes.append(
+                f"{which} head_dim {hd} is zero-padded to {pad(hd, TURBO_BLOCK)} for "
+                f"{t}: the saving shrinks"
+            )
         elif t not in TURBO_KV_TYPES and blk > 1 and (hd % blk):
-            notes.append(f"{which} head_dim {hd} is not a multiple of {blk}: llama.cpp cannot "
-                         f"use {t} for this model")
+            notes.append(
+                f"{which} head_dim {hd} is not a multiple of {blk}: llama.cpp cannot "
+                f"use {t} for this model"
+            )
 
     # --- weights
     off = offload_from_config(cfg)
@@ -609,8 +707,14 @@ def estimate(model: ModelFacts, cfg: ServerConfig, *, auto_asymmetric: bool = Fa
     # --- K/V per layer, recurrent state per layer (each on its layer's device)
     k_bytes = v_bytes = kv_host = 0
     rs_bytes = rs_host = 0
-    swa_cells = _swa_cells(geo, n_ctx_seq, n_parallel=n_parallel, unified=kv_unified,
-                           n_ubatch=n_ubatch, swa_full=swa_full)
+    swa_cells = _swa_cells(
+        geo,
+        n_ctx_seq,
+        n_parallel=n_parallel,
+        unified=kv_unified,
+        n_ubatch=n_ubatch,
+        swa_full=swa_full,
+    )
     for il in range(geo.n_layer):
         on_gpu = il >= i_gpu_start
         if geo.attention[il]:
@@ -638,8 +742,10 @@ def estimate(model: ModelFacts, cfg: ServerConfig, *, auto_asymmetric: bool = Fa
         per_seq = min(n_ctx_seq, geo.n_swa + n_ubatch)
         for il in range(geo.n_layer):
             if geo.attention[il] and geo.swa[il]:
-                swa_seq_bytes += per_seq * (kv_row_bytes(eff_k, geo.n_head_kv[il], geo.head_k)
-                                            + kv_row_bytes(type_v, geo.n_head_kv[il], geo.head_v))
+                swa_seq_bytes += per_seq * (
+                    kv_row_bytes(eff_k, geo.n_head_kv[il], geo.head_k)
+                    + kv_row_bytes(type_v, geo.n_head_kv[il], geo.head_v)
+                )
     ckpt_each = geo.recurrent_bytes_per_seq + swa_seq_bytes
     checkpoints = ckpt_each * n_ckpt * n_parallel
 
@@ -669,8 +775,16 @@ def estimate(model: ModelFacts, cfg: ServerConfig, *, auto_asymmetric: bool = Fa
         kq = mask_cells * n_ubatch * max(geo.n_head) * 4
         notes.append(f"flash attention off: the KQ matrix takes {kq / MIB:.0f} MiB per layer pass")
     q_width = max(geo.n_head) * geo.head_k * 2
-    acts = n_ubatch * 4 * (4 * geo.n_embd + 2 * q_width + 3 * geo.ffn_per_token
-                           + (3 * geo.ssm_width if geo.n_recurrent_layers else 0))
+    acts = (
+        n_ubatch
+        * 4
+        * (
+            4 * geo.n_embd
+            + 2 * q_width
+            + 3 * geo.ffn_per_token
+            + (3 * geo.ssm_width if geo.n_recurrent_layers else 0)
+        )
+    )
     staging = 0
     if flash_attn and geo.n_attention_layers:
         # upstream CUDA flash attention converts a quantized K/V (one layer's view) to f16 in
@@ -683,51 +797,88 @@ def estimate(model: ModelFacts, cfg: ServerConfig, *, auto_asymmetric: bool = Fa
         logits = mask = kq = acts = staging = 0
     compute = logits + mask + kq + acts + staging + overhead
 
-    total_gpu = (w.gpu_bytes + (k_bytes + v_bytes - kv_host) + (rs_bytes - rs_host)
-                 + mmproj_bytes + compute)
+    total_gpu = (
+        w.gpu_bytes + (k_bytes + v_bytes - kv_host) + (rs_bytes - rs_host) + mmproj_bytes + compute
+    )
     cache_ram = cfg.int_value("--cache-ram")
     cache_ram = DEFAULT_CACHE_RAM_MIB if cache_ram is None else cache_ram
-    total_host = (w.host_bytes + kv_host + rs_host + checkpoints
-                  + max(cache_ram, 0) * MIB)
+    total_host = w.host_bytes + kv_host + rs_host + checkpoints + max(cache_ram, 0) * MIB
     if cache_ram < 0:
-        notes.append("--cache-ram -1: no limit upstream (half of free RAM in the fork); not "
-                     "counted in total_host_mib")
+        notes.append(
+            "--cache-ram -1: no limit upstream (half of free RAM in the fork); not "
+            "counted in total_host_mib"
+        )
     if off.n_gpu_layers is None and not (off.cpu_moe or off.n_cpu_moe or off.host_patterns):
         notes.append("-ngl not set: planned with every layer on the GPU (--fit may move some)")
 
     return Plan(
-        model=model.name, arch=geo.arch, n_ctx=n_ctx, n_ctx_seq=n_ctx_seq,
-        n_parallel=n_parallel, kv_unified=kv_unified, cache_type_k=eff_k, cache_type_v=type_v,
-        flash_attn=flash_attn, n_gpu_layers=w.n_gpu_layers, n_cpu_moe=off.n_cpu_moe,
-        cpu_moe=off.cpu_moe, n_ubatch=n_ubatch,
-        weights_gpu_mib=w.gpu_bytes / MIB, weights_host_mib=w.host_bytes / MIB,
-        kv_k_mib=k_bytes / MIB, kv_v_mib=v_bytes / MIB, kv_host_mib=kv_host / MIB,
-        recurrent_mib=rs_bytes / MIB, recurrent_per_slot_mib=geo.recurrent_bytes_per_seq / MIB,
-        recurrent_host_mib=rs_host / MIB, checkpoints_mib=checkpoints / MIB,
-        checkpoint_each_mib=ckpt_each / MIB, n_checkpoints=n_ckpt,
-        mmproj_mib=mmproj_bytes / MIB, compute_logits_mib=logits / MIB,
-        compute_mask_mib=mask / MIB, compute_activations_mib=acts / MIB,
-        compute_kq_mib=kq / MIB, compute_fa_staging_mib=staging / MIB,
-        cuda_overhead_mib=overhead / MIB, compute_mib=compute / MIB,
-        total_gpu_mib=total_gpu / MIB, cache_ram_mib=float(cache_ram),
-        total_host_mib=total_host / MIB, n_attention_layers=geo.n_attention_layers,
-        n_swa_layers=geo.n_swa_layers, n_recurrent_layers=geo.n_recurrent_layers,
-        turbo_auto_asymmetric=auto_asym, notes=notes,
+        model=model.name,
+        arch=geo.arch,
+        n_ctx=n_ctx,
+        n_ctx_seq=n_ctx_seq,
+        n_parallel=n_parallel,
+        kv_unified=kv_unified,
+        cache_type_k=eff_k,
+        cache_type_v=type_v,
+        flash_attn=flash_attn,
+        n_gpu_layers=w.n_gpu_layers,
+        n_cpu_moe=off.n_cpu_moe,
+        cpu_moe=off.cpu_moe,
+        n_ubatch=n_ubatch,
+        weights_gpu_mib=w.gpu_bytes / MIB,
+        weights_host_mib=w.host_bytes / MIB,
+        kv_k_mib=k_bytes / MIB,
+        kv_v_mib=v_bytes / MIB,
+        kv_host_mib=kv_host / MIB,
+        recurrent_mib=rs_bytes / MIB,
+        recurrent_per_slot_mib=geo.recurrent_bytes_per_seq / MIB,
+        recurrent_host_mib=rs_host / MIB,
+        checkpoints_mib=checkpoints / MIB,
+        checkpoint_each_mib=ckpt_each / MIB,
+        n_checkpoints=n_ckpt,
+        mmproj_mib=mmproj_bytes / MIB,
+        compute_logits_mib=logits / MIB,
+        compute_mask_mib=mask / MIB,
+        compute_activations_mib=acts / MIB,
+        compute_kq_mib=kq / MIB,
+        compute_fa_staging_mib=staging / MIB,
+        cuda_overhead_mib=overhead / MIB,
+        compute_mib=compute / MIB,
+        total_gpu_mib=total_gpu / MIB,
+        cache_ram_mib=float(cache_ram),
+        total_host_mib=total_host / MIB,
+        n_attention_layers=geo.n_attention_layers,
+        n_swa_layers=geo.n_swa_layers,
+        n_recurrent_layers=geo.n_recurrent_layers,
+        turbo_auto_asymmetric=auto_asym,
+        notes=notes,
     )
 
 
-def _swa_cells(geo: Geometry, n_ctx_seq: int, *, n_parallel: int, unified: bool,
-               n_ubatch: int, swa_full: bool) -> int:
+def _swa_cells(
+    geo: Geometry, n_ctx_seq: int, *, n_parallel: int, unified: bool, n_ubatch: int, swa_full: bool
+) -> int:
     """KV cells per stream of an SWA layer (llama-kv-cache-iswa.cpp)."""
     if not geo.n_swa or swa_full:
         return n_ctx_seq
     return min(n_ctx_seq, pad(geo.n_swa * (n_parallel if unified else 1) + n_ubatch, CTX_PAD))
 
 
-def _kv_total(geo: Geometry, cache_type: str, which: str, *, n_ctx_seq: int, n_stream: int,
-              n_parallel: int, unified: bool, n_ubatch: int, swa_full: bool) -> int:
-    swa_cells = _swa_cells(geo, n_ctx_seq, n_parallel=n_parallel, unified=unified,
-                           n_ubatch=n_ubatch, swa_full=swa_full)
+def _kv_total(
+    geo: Geometry,
+    cache_type: str,
+    which: str,
+    *,
+    n_ctx_seq: int,
+    n_stream: int,
+    n_parallel: int,
+    unified: bool,
+    n_ubatch: int,
+    swa_full: bool,
+) -> int:
+    swa_cells = _swa_cells(
+        geo, n_ctx_seq, n_parallel=n_parallel, unified=unified, n_ubatch=n_ubatch, swa_full=swa_full
+    )
     hd = geo.head_k if which == "k" else geo.head_v
     total = 0
     for il in range(geo.n_layer):
@@ -747,14 +898,25 @@ def estimate_argv(model: ModelFacts, argv: Sequence[str], **kw: Any) -> Plan:
 #: (K, V) pairs from best quality to cheapest. Turbo K is left out by default: the fork warns
 #: against it and its 2026-05 build rewrites a symmetric turbo K to q8_0 on large-GQA models.
 KV_CHOICES_TURBO: tuple[tuple[str, str], ...] = (
-    ("f16", "f16"), ("q8_0", "q8_0"), ("q8_0", "turbo4"), ("q8_0", "turbo3"), ("q8_0", "turbo2"),
+    ("f16", "f16"),
+    ("q8_0", "q8_0"),
+    ("q8_0", "turbo4"),
+    ("q8_0", "turbo3"),
+    ("q8_0", "turbo2"),
 )
 KV_CHOICES_UPSTREAM: tuple[tuple[str, str], ...] = (
-    ("f16", "f16"), ("q8_0", "q8_0"), ("q8_0", "q4_0"), ("q4_0", "q4_0"),
+    ("f16", "f16"),
+    ("q8_0", "q8_0"),
+    ("q8_0", "q4_0"),
+    ("q4_0", "q4_0"),
 )
 #: Typical memory (MiB, as nvidia-smi reports it) of common GPU sizes, for the docs table.
 GPU_SIZES_MIB: dict[str, float] = {
-    "8 GB": 8188.0, "12 GB": 12282.0, "16 GB": 16376.0, "24 GB": 24564.0, "80 GB": 81559.0,
+    "8 GB": 8188.0,
+    "12 GB": 12282.0,
+    "16 GB": 16376.0,
+    "24 GB": 24564.0,
+    "80 GB": 81559.0,
 }
 CTX_STEP = 16384
 #: Context a suggestion aims for unless told: Claude Code's 200K-token window (200 x 1024).
@@ -776,8 +938,16 @@ class Suggestion:
     notes: list[str] = field(default_factory=list)
 
     def args(self) -> list[str]:
-        out = ["-c", str(self.ctx), "-ctk", self.cache_type_k, "-ctv", self.cache_type_v,
-               "-ngl", "99" if self.n_gpu_layers is None else str(self.n_gpu_layers)]
+        out = [
+            "-c",
+            str(self.ctx),
+            "-ctk",
+            self.cache_type_k,
+            "-ctv",
+            self.cache_type_v,
+            "-ngl",
+            "99" if self.n_gpu_layers is None else str(self.n_gpu_layers),
+        ]
         if self.cpu_moe:
             out.append("--cpu-moe")
         elif self.n_cpu_moe:
@@ -788,11 +958,14 @@ class Suggestion:
 
     def as_dict(self) -> dict[str, float | int | bool | str]:
         d: dict[str, float | int | bool | str] = {
-            "ctx": self.ctx, "cache_type_k": self.cache_type_k,
+            "ctx": self.ctx,
+            "cache_type_k": self.cache_type_k,
             "cache_type_v": self.cache_type_v,
             "n_gpu_layers": -1 if self.n_gpu_layers is None else self.n_gpu_layers,
-            "n_cpu_moe": self.n_cpu_moe, "cpu_moe": self.cpu_moe,
-            "n_parallel": self.n_parallel, "args": " ".join(self.args()),
+            "n_cpu_moe": self.n_cpu_moe,
+            "cpu_moe": self.cpu_moe,
+            "n_parallel": self.n_parallel,
+            "args": " ".join(self.args()),
             "suggestion_notes": "; ".join(self.notes),
         }
         d.update(self.plan.as_dict())
@@ -814,11 +987,20 @@ def _offload_ladder(geo: Geometry, model: ModelFacts) -> list[Offload]:
     return ladder
 
 
-def suggest(model: ModelFacts, vram_mib: float, want_ctx: int | None = None, *,
-            margin_mib: float = DEFAULT_MARGIN_MIB, turbo: bool = True,
-            allow_turbo_k: bool = False, min_ctx: int = 32768,
-            slot_choices: Sequence[int] = (-1, 1), extra_args: Sequence[str] = (),
-            ctx_step: int = CTX_STEP, geo: Geometry | None = None) -> list[Suggestion]:
+def suggest(
+    model: ModelFacts,
+    vram_mib: float,
+    want_ctx: int | None = None,
+    *,
+    margin_mib: float = DEFAULT_MARGIN_MIB,
+    turbo: bool = True,
+    allow_turbo_k: bool = False,
+    min_ctx: int = 32768,
+    slot_choices: Sequence[int] = (-1, 1),
+    extra_args: Sequence[str] = (),
+    ctx_step: int = CTX_STEP,
+    geo: Geometry | None = None,
+) -> list[Suggestion]:
     """Propose configurations that fit ``vram_mib`` with ``margin_mib`` free, best first.
 
     Preference, in order: (1) full GPU offload; (2) the largest context up to ``want_ctx``
@@ -838,8 +1020,18 @@ def suggest(model: ModelFacts, vram_mib: float, want_ctx: int | None = None, *,
     budget = vram_mib - margin_mib
 
     def cfg_for(ctx: int, k: str, v: str, np_: int, off: Offload) -> ServerConfig:
-        argv = ["-c", str(ctx), "-ctk", k, "-ctv", v, "-np", str(np_), "-ngl",
-                "99" if off.n_gpu_layers is None else str(off.n_gpu_layers)]
+        argv = [
+            "-c",
+            str(ctx),
+            "-ctk",
+            k,
+            "-ctv",
+            v,
+            "-np",
+            str(np_),
+            "-ngl",
+            "99" if off.n_gpu_layers is None else str(off.n_gpu_layers),
+        ]
         if off.cpu_moe:
             argv.append("--cpu-moe")
         elif off.n_cpu_moe:
@@ -852,9 +1044,11 @@ def suggest(model: ModelFacts, vram_mib: float, want_ctx: int | None = None, *,
         found: list[Suggestion] = []
         for k, v in choices:
             for np_ in slot_choices:
+
                 def ok(i: int, k: str = k, v: str = v, np_: int = np_) -> bool:
                     p = estimate(model, cfg_for(grid[i], k, v, np_, off), geo=geo, weights=w)
                     return p.total_gpu_mib <= budget
+
                 if not ok(0):
                     continue
                 lo, hi = 0, len(grid) - 1  # ok(lo) holds; find the last index that fits
@@ -867,15 +1061,20 @@ def suggest(model: ModelFacts, vram_mib: float, want_ctx: int | None = None, *,
                     else:
                         hi = mid
                 ctx = grid[lo]
-                plan = with_vram(estimate(model, cfg_for(ctx, k, v, np_, off), geo=geo, weights=w),
-                                 vram_mib, margin_mib)
-                found.append(Suggestion(ctx, k, v, off.n_gpu_layers, off.n_cpu_moe, off.cpu_moe,
-                                        np_, plan))
+                plan = with_vram(
+                    estimate(model, cfg_for(ctx, k, v, np_, off), geo=geo, weights=w),
+                    vram_mib,
+                    margin_mib,
+                )
+                found.append(
+                    Suggestion(ctx, k, v, off.n_gpu_layers, off.n_cpu_moe, off.cpu_moe, np_, plan)
+                )
         # largest context first, then the better KV pair, then more slots (list orders)
         kv_rank = {kv: i for i, kv in enumerate(choices)}
         np_rank = {n: i for i, n in enumerate(slot_choices)}
-        found.sort(key=lambda s: (-s.ctx, kv_rank[(s.cache_type_k, s.cache_type_v)],
-                                  np_rank[s.n_parallel]))
+        found.sort(
+            key=lambda s: (-s.ctx, kv_rank[(s.cache_type_k, s.cache_type_v)], np_rank[s.n_parallel])
+        )
         # one entry per KV pair: its best slot choice
         seen: set[tuple[str, str]] = set()
         unique: list[Suggestion] = []
@@ -905,15 +1104,17 @@ def suggest(model: ModelFacts, vram_mib: float, want_ctx: int | None = None, *,
     result = chosen or fallback
     for s in result:
         if s.n_parallel == 1:
-            s.notes.append("1 slot: keep --cache-ram > 0 so side requests do not evict the "
-                           "main prompt")
+            s.notes.append(
+                "1 slot: keep --cache-ram > 0 so side requests do not evict the main prompt"
+            )
         if s.cache_type_k in TURBO_KV_TYPES or s.cache_type_v in TURBO_KV_TYPES:
             s.notes.append("needs the TurboQuant fork")
     return result
 
 
-def suggestion_table(model: ModelFacts, sizes: dict[str, float] | None = None,
-                     want_ctx: int | None = None, **kw: Any) -> list[tuple[str, Suggestion | None]]:
+def suggestion_table(
+    model: ModelFacts, sizes: dict[str, float] | None = None, want_ctx: int | None = None, **kw: Any
+) -> list[tuple[str, Suggestion | None]]:
     """The best suggestion for each GPU size (``GPU_SIZES_MIB`` by default)."""
     geo = geometry(model)
     rows: list[tuple[str, Suggestion | None]] = []
@@ -945,5 +1146,6 @@ def format_table(rows: Iterable[tuple[str, Suggestion | None]]) -> str:
         npd = "auto (4, unified)" if s.n_parallel < 0 else str(s.n_parallel)
         lines.append(
             f"| {label} | {p.vram_mib:.0f} | {s.ctx} | {s.cache_type_k} / {s.cache_type_v} | "
-            f"{offl} | {npd} | {p.total_gpu_mib:.0f} | {p.free_mib or 0:.0f} |")
+            f"{offl} | {npd} | {p.total_gpu_mib:.0f} | {p.free_mib or 0:.0f} |"
+        )
     return "\n".join(lines)

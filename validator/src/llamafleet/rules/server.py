@@ -109,20 +109,16 @@ def parallel_splits_context(ctx: Context) -> Iterator[Hit]:
 
 
 def _recurrent_state_mib(ctx: Context) -> float | None:
+    """Recurrent state per slot from the model's metadata (the planner's arithmetic)."""
     if ctx.facts.model is None:
         return None
+    from llamafleet import planner
+
     try:
-        from llamafleet import planner
-    except ImportError:  # pragma: no cover - the planner ships with the package
+        per_seq = planner.geometry(ctx.facts.model).recurrent_bytes_per_seq
+    except planner.PlanError:
         return None
-    fn = getattr(planner, "recurrent_state_mib", None)
-    if fn is None:
-        return None
-    try:
-        value = fn(ctx.facts.model)
-    except Exception:  # the estimate is a detail of the message; never fail the check on it
-        return None
-    return float(value) if value else None
+    return per_seq / 2**20 if per_seq else None
 
 
 @rule("LS004")
@@ -363,7 +359,10 @@ def does_not_fit(ctx: Context) -> Iterator[Hit]:
     from llamafleet import planner
 
     for cfg in _all_servers(ctx):
-        plan = planner.estimate(model, cfg)
+        try:
+            plan = planner.estimate(model, cfg)
+        except planner.PlanError:
+            continue  # invalid values are LS020's; missing metadata means no estimate
         margin = planner.DEFAULT_MARGIN_MIB
         if planner.fits(plan, vram, margin):
             continue
