@@ -45,13 +45,13 @@ site-down:
 test: bootstrap lint unit molecule
 
 lint: $(VENV)/.stamp
-	cd validator && $(BIN)/ruff check src tests tools && $(BIN)/ruff format --check src tests tools
-	cd validator && $(BIN)/mypy
+	(cd validator && $(BIN)/ruff check src tests tools && $(BIN)/ruff format --check src tests tools)
+	(cd validator && $(BIN)/mypy)
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint --offline
 
 unit: $(VENV)/.stamp
-	cd validator && $(BIN)/python -m pytest -q -p no:cacheprovider
+	(cd validator && $(BIN)/python -m pytest -q -p no:cacheprovider)
 
 molecule: bootstrap
 	$(BIN)/molecule test -s default
