@@ -1,0 +1,51 @@
+"""Repository invariants the roles must keep: every default is documented in argument_specs with
+the same default, every variable carries its role's prefix, and the README keeps its two commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+ROLES = sorted(p for p in (REPO / "roles").glob("*") if (p / "defaults" / "main.yml").is_file())
+
+pytestmark = pytest.mark.skipif(not ROLES, reason="run from a checkout of the whole repository")
+
+
+def _specs(role: Path) -> dict[str, Any]:
+    data = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())
+    options: dict[str, Any] = data["argument_specs"]["main"]["options"]
+    return options
+
+
+@pytest.mark.parametrize("role", ROLES, ids=[r.name for r in ROLES])
+def test_argument_specs_equal_defaults(role: Path) -> None:
+    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text()) or {}
+    specs = _specs(role)
+    assert set(defaults) == set(specs), (
+        f"{role.name}: only in defaults {sorted(set(defaults) - set(specs))}, "
+        f"only in argument_specs {sorted(set(specs) - set(defaults))}"
+    )
+    for name, value in defaults.items():
+        spec = specs[name]
+        assert spec.get("description"), f"{role.name}: {name} has no description"
+        if isinstance(value, str) and "{{" in value:
+            continue  # a templated default is documented in words
+        assert spec.get("default") == value, f"{role.name}: default of {name} differs"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=[r.name for r in ROLES])
+def test_variables_are_prefixed(role: Path) -> None:
+    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text()) or {}
+    bad = [k for k in defaults if not k.startswith(role.name + "_")]
+    assert not bad, f"{role.name}: variables without the role prefix: {bad}"
+
+
+def test_readme_has_the_two_commands() -> None:
+    text = (REPO / "README.md").read_text()
+    assert "make site" in text and "make test" in text
+    ci = (REPO / ".ci" / "run").read_text()
+    assert "make test" in ci
