@@ -96,14 +96,15 @@ run_claude() { # prompt -> seconds
 
 declare -A ratio
 n=0
+nonce=$(date +%s)  # prompts never seen before: nothing from an earlier invocation can match
 for mode in off on; do
   set_header "$([ $mode = off ] && echo 0 || echo 1)"
   n=$((n + 1))
   read -r e0 c0 s0 < <(metrics)
-  w1=$(run_claude "Run $n, first prompt: say OK about notes.txt.")
+  w1=$(run_claude "Run $nonce.$n, first prompt: say OK about notes.txt.")
   read -r e1 c1 s1 < <(metrics)
   sudo -u "$U" -H bash -c 'cd ~/work && echo "edit $RANDOM" >> notes.txt'
-  w2=$(run_claude "Run $n, second prompt: what changed in notes.txt?")
+  w2=$(run_claude "Run $nonce.$n, second prompt: what changed in notes.txt?")
   read -r e2 c2 s2 < <(metrics)
   ev=$((e2 - e1)) ca=$((c2 - c1))
   ratio[$mode]=$(awk -v c="$ca" -v e="$ev" 'BEGIN{ if (c + e > 0) printf "%.3f", c / (c + e); else print "nan" }')

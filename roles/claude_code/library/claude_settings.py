@@ -263,6 +263,7 @@ def main():
                 result["backup_file"] = module.backup_local(path)
                 st = os.stat(path)
                 os.chown(result["backup_file"], st.st_uid, st.st_gid)
+                os.chmod(result["backup_file"], 0o600)  # it may hold a key
             directory = os.path.dirname(os.path.abspath(path))
             fd, tmp = tempfile.mkstemp(prefix=".settings.", dir=directory)
             try:

@@ -1,0 +1,121 @@
+"""Verify the claude scenario: the client user's settings, the failure path, fleet mode and the
+real Claude Code CLI against the real llama-server (prompt-cache reuse with the header off and on)."""
+
+import json
+import os
+import re
+import subprocess
+
+import pytest
+import testinfra
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NET = os.environ.get("LLAMAFLEET_NET", "10.131.7")
+SERVER_IP = f"{NET}.31"
+SETTINGS = "/home/dev/.claude/settings.json"
+MANAGED = "/etc/claude-code/managed-settings.json"
+
+
+@pytest.fixture(autouse=True)
+def only_client(host, request):
+    if "server" in request.node.name:
+        if host.backend.get_hostname() != "lf-claude-server":
+            pytest.skip("server test")
+    elif host.backend.get_hostname() != "lf-claude-client":
+        pytest.skip("client test")
+
+
+@pytest.fixture(scope="module")
+def server():
+    inv = os.environ["MOLECULE_INVENTORY_FILE"]
+    return testinfra.get_host(f"ansible://lf-claude-server?ansible_inventory={inv}")
+
+
+def settings(host, path=SETTINGS):
+    return json.loads(host.file(path).content_string)
+
+
+def test_server_listens_on_its_bridge_address(host):
+    assert host.service("llama-server-main.service").is_running
+    assert host.socket(f"tcp://{SERVER_IP}:8080").is_listening
+
+
+def test_settings_file_modes(host):
+    f = host.file(SETTINGS)
+    assert f.user == "dev" and f.group == "dev" and f.mode == 0o600
+    d = host.file("/home/dev/.claude")
+    assert d.user == "dev" and d.mode == 0o700
+
+
+def test_owned_keys(host, server):
+    s = settings(host)
+    env = s["env"]
+    assert env["ANTHROPIC_BASE_URL"] == f"http://{SERVER_IP}:8080"
+    assert env["CLAUDE_CODE_ATTRIBUTION_HEADER"] == "0"
+    assert env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1"
+    assert int(env["API_TIMEOUT_MS"]) >= 600000
+    for k in ("ANTHROPIC_MODEL", "ANTHROPIC_DEFAULT_OPUS_MODEL", "ANTHROPIC_DEFAULT_SONNET_MODEL",
+              "ANTHROPIC_DEFAULT_HAIKU_MODEL"):
+        assert env[k] == "main"
+    assert s["includeGitInstructions"] is False
+    key = server.check_output("cat /etc/llamafleet/keys/main.key").strip()
+    assert env["ANTHROPIC_AUTH_TOKEN"] == key
+
+
+def test_users_own_settings_survive(host):
+    s = settings(host)
+    assert s["permissions"] == {"allow": ["Bash(ls:*)", "Read(~/work/**)"], "deny": ["Bash(rm:*)"]}
+    assert s["hooks"] == {
+        "PostToolUse": [{"matcher": "Edit", "hooks": [{"type": "command", "command": "true"}]}]
+    }
+    assert s["env"]["DEV_OWN_VAR"] == "mine"
+    assert s["cleanupPeriodDays"] == 30
+    # the hand-edited top-level base URL (ignored by Claude Code) was moved into env
+    assert "ANTHROPIC_BASE_URL" not in s
+
+
+def test_one_backup_of_the_original(host):
+    out = host.check_output("ls -1 /home/dev/.claude/").split()
+    backups = [n for n in out if n.startswith("settings.json.") and n.endswith("~")]
+    assert len(backups) == 1, out  # one change on the first converge, none after
+    b = host.file(f"/home/dev/.claude/{backups[0]}")
+    assert b.mode == 0o600 and b.user == "dev"
+    assert json.loads(b.content_string)["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:9999/v1"
+
+
+def test_invalid_json_left_alone(host):
+    f = host.file("/home/broken/.claude/settings.json")
+    assert f.content_string == '{\n  "env": {"BROKEN_OWN": "1",},\n  "permissions": {}\n}\n'
+    assert f.mode == 0o600
+    assert not [n for n in host.check_output("ls -1 /home/broken/.claude/").split() if n.endswith("~")]
+
+
+def test_managed_settings_without_the_key(host):
+    f = host.file(MANAGED)
+    assert f.user == "root" and f.mode == 0o644
+    env = settings(host, MANAGED)["env"]
+    assert env["ANTHROPIC_BASE_URL"] == f"http://{SERVER_IP}:8080"
+    assert env["CLAUDE_CODE_ATTRIBUTION_HEADER"] == "0"
+    assert "ANTHROPIC_AUTH_TOKEN" not in env
+
+
+def test_claude_code_reuses_the_prompt_cache(host):
+    """Two real `claude -p` runs with a file edited in between: >= 90 % of run 2's prompt comes from
+    the server's cache with the role's settings, far less with the attribution header on."""
+    out = subprocess.run(
+        [os.path.join(HERE, "..", "reuse-ratio.sh")],
+        capture_output=True, text=True, timeout=1800, check=False,
+    )
+    report = out.stdout + out.stderr
+    eph = os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY")
+    if eph:
+        with open(os.path.join(eph, "reuse-ratio.txt"), "w") as fh:
+            fh.write(report)
+    print(report)
+    assert out.returncode == 0, report
+    off = float(re.search(r"^reuse_header_off=([0-9.]+)$", out.stdout, re.M).group(1))
+    on = float(re.search(r"^reuse_header_on=([0-9.]+)$", out.stdout, re.M).group(1))
+    assert off >= 0.90, report
+    assert on <= 0.5 * off, report
+    # the run restores the role's value
+    assert settings(host, MANAGED)["env"]["CLAUDE_CODE_ATTRIBUTION_HEADER"] == "0"
