@@ -96,15 +96,18 @@ run_claude() { # prompt -> seconds
 
 declare -A ratio
 n=0
-nonce=$(date +%s)  # prompts never seen before: nothing from an earlier invocation can match
+# Every prompt starts with its own random tag: prompts never seen by the server's cache before,
+# differing from their first character as real ones do (the attribution header carries a hash of a
+# few characters at the start of the prompt, so prompts that begin alike would share a header).
+tag() { od -An -N12 -tx1 /dev/urandom | tr -d ' \n'; }
 for mode in off on; do
   set_header "$([ $mode = off ] && echo 0 || echo 1)"
   n=$((n + 1))
   read -r e0 c0 s0 < <(metrics)
-  w1=$(run_claude "Run $nonce.$n, first prompt: say OK about notes.txt.")
+  w1=$(run_claude "$(tag) Say OK about notes.txt, please.")
   read -r e1 c1 s1 < <(metrics)
   sudo -u "$U" -H bash -c 'cd ~/work && echo "edit $RANDOM" >> notes.txt'
-  w2=$(run_claude "Run $nonce.$n, second prompt: what changed in notes.txt?")
+  w2=$(run_claude "$(tag) What changed in notes.txt since then?")
   read -r e2 c2 s2 < <(metrics)
   ev=$((e2 - e1)) ca=$((c2 - c1))
   ratio[$mode]=$(awk -v c="$ca" -v e="$ev" 'BEGIN{ if (c + e > 0) printf "%.3f", c / (c + e); else print "nan" }')

@@ -15,14 +15,7 @@ SERVER_IP = f"{NET}.31"
 SETTINGS = "/home/dev/.claude/settings.json"
 MANAGED = "/etc/claude-code/managed-settings.json"
 
-
-@pytest.fixture(autouse=True)
-def only_client(host, request):
-    if "server" in request.node.name:
-        if host.backend.get_hostname() != "lf-claude-server":
-            pytest.skip("server test")
-    elif host.backend.get_hostname() != "lf-claude-client":
-        pytest.skip("client test")
+testinfra_hosts = ["ansible://lf-claude-client"]
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +26,6 @@ def server():
 
 def settings(host, path=SETTINGS):
     return json.loads(host.file(path).content_string)
-
-
-def test_server_listens_on_its_bridge_address(host):
-    assert host.service("llama-server-main.service").is_running
-    assert host.socket(f"tcp://{SERVER_IP}:8080").is_listening
 
 
 def test_settings_file_modes(host):
