@@ -38,7 +38,11 @@ class Facts:
 
     def set_version(self, text: str) -> None:
         self.version_text = text
-        m = re.search(r"version:\s*(\d+)\s*\(([0-9a-fA-F]+)\)", text)
+        # "version: 9079 (69d8e4be)" (the fork, older upstream) or
+        # "version: 0.5.0-dev (build 1, commit 612d308)" (upstream of 2026-10)
+        m = re.search(r"version:\s*(\d+)\s*\(([0-9a-fA-F]+)\)", text) or re.search(
+            r"version:\s*\S+\s*\(build\s+(\d+),\s*commit\s+([0-9a-fA-F]+)\)", text
+        )
         if m:
             number = int(m.group(1))
             # A build from a source tree without git history reports build 1: unknown.

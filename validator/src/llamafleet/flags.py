@@ -110,7 +110,7 @@ def table() -> FlagTable:
     return t
 
 
-_HELP_NAME = re.compile(r"(?:^|,)\s*(--?[A-Za-z][\w+-]*)")
+_HELP_NAME = re.compile(r"(?:^|,)\s*(--?[A-Za-z][\w+.-]*[\w+])")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,93 @@
+"""Verify the llama_server role on the test host: a hardened, keyed, health-checked service with a
+working prompt cache. Requests are made from inside the host with its own python3 (urllib)."""
+
+import json
+
+UNIT = "llama-server-main.service"
+PORT = 8080
+KEY_FILE = "/etc/llamafleet/keys/main.key"
+
+_CLIENT = r"""
+import json, sys, urllib.request, urllib.error
+url, key, body = sys.argv[1], sys.argv[2], sys.argv[3]
+req = urllib.request.Request(url, data=body.encode() if body else None,
+                             headers={"content-type": "application/json",
+                                      **({"x-api-key": key} if key else {})})
+try:
+    with urllib.request.urlopen(req, timeout=300) as r:
+        print(json.dumps({"status": r.status, "body": r.read().decode()}))
+except urllib.error.HTTPError as e:
+    print(json.dumps({"status": e.code, "body": e.read().decode()}))
+"""
+
+
+def request(host, path, key="", body=None):
+    out = host.run("python3 -c %s %s %s %s", _CLIENT, f"http://127.0.0.1:{PORT}{path}", key,
+                   json.dumps(body) if body is not None else "")
+    assert out.rc == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def api_key(host):
+    with host.sudo():
+        return host.file(KEY_FILE).content_string.strip()
+
+
+def test_service_active_enabled_as_service_user(host):
+    svc = host.service("llama-server-main")
+    assert svc.is_running and svc.is_enabled
+    pid = host.run("systemctl show -p MainPID --value %s", UNIT).stdout.strip()
+    assert host.run("ps -o user= -p %s", pid).stdout.strip() == "llama"
+
+
+def test_hardening_in_effect(host):
+    props = host.run("systemctl show %s -p NoNewPrivileges -p ProtectSystem -p ProtectHome "
+                     "-p PrivateTmp -p PrivateDevices -p User -p Restart", UNIT).stdout
+    for expected in ("NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes",
+                     "PrivateTmp=yes", "PrivateDevices=yes", "User=llama", "Restart=on-failure"):
+        assert expected in props, props
+    pid = host.run("systemctl show -p MainPID --value %s", UNIT).stdout.strip()
+    status = host.file(f"/proc/{pid}/status").content_string
+    assert "NoNewPrivs:\t1" in status
+    # the model directory is read-only inside the service
+    mounts = host.file(f"/proc/{pid}/mountinfo").content_string
+    assert any(" /srv/models/tiny-llama " in m and " ro," in m for m in mounts.splitlines()), mounts
+
+
+def test_key_is_root_only_and_listening_only_on_loopback(host):
+    key = host.file(KEY_FILE)
+    assert key.user == "root" and key.mode == 0o600
+    listen = host.run("ss -Hltn sport = :%s", str(PORT)).stdout.split()
+    assert "127.0.0.1:8080" in listen and "0.0.0.0:8080" not in listen
+
+
+def test_health_public_messages_need_the_key(host):
+    assert request(host, "/health")["status"] == 200
+    body = {"model": "main", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+    assert request(host, "/v1/messages", "", body)["status"] == 401
+    assert request(host, "/v1/messages", "wrong-key", body)["status"] == 401
+    ok = request(host, "/v1/messages", api_key(host), body)
+    assert ok["status"] == 200, ok
+    assert json.loads(ok["body"])["type"] == "message"
+
+
+def test_prompt_cache_reuses_shared_system_prompt(host):
+    words = " ".join(f"rule{i} keep answers short and precise." for i in range(250))
+    system = f"You are a careful assistant. {words}"
+    key = api_key(host)
+
+    def ask(question):
+        body = {"model": "main", "max_tokens": 4, "system": system,
+                "messages": [{"role": "user", "content": question}]}
+        res = request(host, "/v1/messages", key, body)
+        assert res["status"] == 200, res
+        return json.loads(res["body"])["usage"]
+
+    first = ask("What is the first rule?")
+    second = ask("And what is the last one?")
+    prompt_1 = first["input_tokens"] + first.get("cache_read_input_tokens", 0)
+    assert prompt_1 >= 1500, first
+    # the shared prefix is the whole first prompt up to the user's question
+    reused = second.get("cache_read_input_tokens", 0)
+    shared = prompt_1 - 20  # the question and the template's tail differ
+    assert reused >= 0.95 * shared, (first, second)
