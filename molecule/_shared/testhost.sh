@@ -11,7 +11,7 @@
 #   testhost.sh down NAME                   power off and delete every trace of NAME
 #   testhost.sh exec NAME CMD...            run CMD inside NAME
 #   testhost.sh serve DIR [PORT]            serve DIR over HTTP on the bridge address (for test downloads)
-#   testhost.sh unserve                     stop that HTTP server
+#   testhost.sh unserve [PORT]              stop that HTTP server (default: all of them)
 #   testhost.sh cleanup                     unserve + net-down, if no host is running
 #   testhost.sh ssh-config                  print an ssh_config for the test network
 #   testhost.sh list
@@ -196,6 +196,9 @@ cmd_up() {
   key=$(cmd_key)
   cmd_net_up
   local t0; t0=$(date +%s.%N)
+  # a host that fails to come up is torn down again, whatever failed
+  _up_ok=0; _up_name=$name
+  trap '[ "$_up_ok" = 1 ] || { log "$_up_name failed to come up; tearing it down"; cmd_down "$_up_name" || true; }' EXIT
   rm -rf "$h"; mkdir -p "$h"/{upper,work,root}
   mount -t overlay overlay -o "lowerdir=$rootfs,upperdir=$h/upper,workdir=$h/work" "$h/root"
   echo "$name" > "$h/root/etc/hostname"
@@ -242,6 +245,7 @@ EOF
     sleep 0.1
   done
   case "$st" in running|degraded) ;; *) die "$name did not finish booting (state: ${st:-none})" ;; esac
+  _up_ok=1
   log "$name up: ip=$ip suite=$suite state=$st boot=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b-a}')s"
 }
 
@@ -272,23 +276,31 @@ cmd_down() {
 }
 
 cmd_serve() {
-  local dir=${1:?dir} port=${2:-8731} pidf=$STATE/http.pid
-  if [ -e "$pidf" ] && kill -0 "$(cat "$pidf")" 2>/dev/null; then return 0; fi
+  local dir=${1:?dir} port=${2:-8731} pidf
+  dir=$(realpath "$dir"); pidf=$STATE/http-$port.pid
   mkdir -p "$STATE"
-  setsid python3 -m http.server --bind "$GW" --directory "$dir" "$port" </dev/null >"$STATE/http.log" 2>&1 &
-  echo $! > "$pidf"
+  if [ -e "$pidf" ] && kill -0 "$(cat "$pidf")" 2>/dev/null; then
+    [ "$(cat "$STATE/http-$port.dir" 2>/dev/null)" = "$dir" ] && return 0
+    die "port $port already serves $(cat "$STATE/http-$port.dir" 2>/dev/null); choose another port"
+  fi
+  setsid python3 -m http.server --bind "$GW" --directory "$dir" "$port" </dev/null >"$STATE/http-$port.log" 2>&1 &
+  echo $! > "$pidf"; echo "$dir" > "$STATE/http-$port.dir"
   local i
   for i in $(seq 1 50); do
-    python3 -c "import socket,sys; socket.create_connection(('$GW', $port), 1)" 2>/dev/null && { log "serving $dir on http://$GW:$port/"; return 0; }
+    python3 -c "import socket; socket.create_connection(('$GW', $port), 1)" 2>/dev/null \
+      && { log "serving $dir on http://$GW:$port/"; return 0; }
     sleep 0.1
   done
-  die "HTTP server did not start: $(tail -5 "$STATE/http.log")"
+  die "HTTP server did not start: $(tail -5 "$STATE/http-$port.log")"
 }
 
-cmd_unserve() {
-  local pidf=$STATE/http.pid
-  [ -e "$pidf" ] && kill "$(cat "$pidf")" 2>/dev/null || true
-  rm -f "$pidf"
+cmd_unserve() { # [PORT]: one server, or every server this script started
+  local f
+  for f in "$STATE"/http-"${1:-*}".pid ${1:+/nonexistent} "$STATE/http.pid"; do
+    [ -e "$f" ] || continue
+    kill "$(cat "$f")" 2>/dev/null || true
+    rm -f "$f" "${f%.pid}.dir"
+  done
 }
 
 cmd_ssh_config() {
