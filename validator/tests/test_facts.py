@@ -71,5 +71,5 @@ def test_unknown_fact_is_named(tmp_path: Path) -> None:
 def test_bad_compute_capability(tmp_path: Path) -> None:
     p = tmp_path / "facts.yaml"
     p.write_text("gpu: {compute_capability: sm89}\n")
-    with pytest.raises(FactsError, match="MAJOR.MINOR"):
+    with pytest.raises(FactsError, match=r"MAJOR\.MINOR"):
         load_facts_file(str(p))

@@ -1,5 +1,5 @@
-"""Repository invariants the roles must keep: every default is documented in argument_specs with
-the same default, every variable carries its role's prefix, and the README keeps its two commands."""
+"""Repository invariants: every role default is documented in argument_specs with the same
+default, every variable carries its role's prefix, and the README keeps its two commands."""
 
 from __future__ import annotations
 
