@@ -9,7 +9,7 @@
 # OUT/compute/cuda/repos/<distro>/<arch>/              the "NVIDIA" repository (flat, like NVIDIA's:
 #                                                      `deb [signed-by=...] <url>/<distro>/<arch>/ /`)
 # OUT/mirror-broken/compute/cuda/repos/<distro>/<arch>/ an internal mirror whose cuda-nvcc-12-8
-#                                                      installs an nvcc that reports release 12.9
+#                                                      (12.8.93-2) installs an nvcc reporting 12.9
 #
 # Packages (built with dpkg-deb; versions and names as NVIDIA's):
 #   cuda-keyring 1.1-1          the signing key (/usr/share/keyrings/cuda-archive-keyring.gpg) and the
@@ -151,14 +151,17 @@ make_repo() { # DIR URL DISTRO BROKEN(0|1)
   mv "$deb" "$dir/cuda-keyring_1.1-1_all.deb"
 
   if [ "$broken" = 1 ]; then
-    # under cuda-12.8, but it is a 12.9 nvcc: the role's version check must catch it
-    deb=$(nvcc_pkg cuda-nvcc-12-8 12.8.93-1 "$DEB_ARCH" cuda-12.8 12.9 12.9.86 \
+    # under cuda-12.8, but it is a 12.9 nvcc: the role's version check must catch it. Its own
+    # revision (-2) gives it another file name: the test hosts of one suite share apt's archive
+    # cache, and apt reuses a cached .deb of the same name and size without downloading it again.
+    deb=$(nvcc_pkg cuda-nvcc-12-8 12.8.93-2 "$DEB_ARCH" cuda-12.8 12.9 12.9.86 \
       Tue_May_27_02:21:03_PDT_2025 cuda_12.9.r12.9/compiler.36037853_0)
+    mv "$deb" "$dir/cuda-nvcc-12-8_12.8.93-2_$DEB_ARCH.deb"
   else
     deb=$(nvcc_pkg cuda-nvcc-12-8 12.8.93-1 "$DEB_ARCH" cuda-12.8 12.8 12.8.93 \
       Fri_Feb_21_20:23:50_PST_2025 cuda_12.8.r12.8/compiler.35583870_0)
+    mv "$deb" "$dir/cuda-nvcc-12-8_12.8.93-1_$DEB_ARCH.deb"
   fi
-  mv "$deb" "$dir/cuda-nvcc-12-8_12.8.93-1_$DEB_ARCH.deb"
   deb=$(nvcc_pkg cuda-nvcc-12-9 12.9.86-1 "$DEB_ARCH" cuda-12.9 12.9 12.9.86 \
     Tue_May_27_02:21:03_PDT_2025 cuda_12.9.r12.9/compiler.36037853_0)
   mv "$deb" "$dir/cuda-nvcc-12-9_12.9.86-1_$DEB_ARCH.deb"
