@@ -55,6 +55,7 @@ unit: $(VENV)/.stamp
 
 molecule: bootstrap
 	$(BIN)/molecule test -s default
+	$(BIN)/molecule test -s claude
 	$(BIN)/molecule test -s cuda
 
 bench: $(VENV)/.stamp
