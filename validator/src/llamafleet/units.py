@@ -102,6 +102,7 @@ def split_words(value: str, line: int) -> list[Token]:
     return words
 
 
+_CRED = re.compile(r"(?:%d|\$\{?CREDENTIALS_DIRECTORY\}?)/([A-Za-z0-9_.:-]+)")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
@@ -160,6 +161,13 @@ def parse_unit(text: str, path: str) -> Unit:
             if eq:
                 env[k] = (v, e.line)
     variables = {k: v for k, (v, _) in env.items()}
+    # systemd credentials: `LoadCredential=NAME:PATH` is read by the service as `%d/NAME`
+    # (or `$CREDENTIALS_DIRECTORY/NAME`); the validator reads PATH instead.
+    credentials: dict[str, str] = {}
+    for e in unit.all("Service", "LoadCredential"):
+        name, colon, src = e.value.partition(":")
+        if colon and name:
+            credentials[name] = src
     words = split_words(exec_start.value, exec_start.line)
     if not words:
         return unit
@@ -171,12 +179,9 @@ def parse_unit(text: str, path: str) -> Unit:
             # systemd splits an unbraced $VAR on whitespace
             expanded += [Token(p, w.line) for p in variables[whole.group(1)].split()]
             continue
-        expanded.append(
-            Token(
-                _VAR.sub(lambda m: variables.get(m.group(1) or m.group(2), m.group(0)), w.text),
-                w.line,
-            )
-        )
+        text = _CRED.sub(lambda m: credentials.get(m.group(1), m.group(0)), w.text)
+        text = _VAR.sub(lambda m: variables.get(m.group(1) or m.group(2), m.group(0)), text)
+        expanded.append(Token(text, w.line))
     cfg = ServerConfig(path=path, line=exec_start.line, binary=prog, source="unit")
     parse_tokens(expanded, cfg)
     apply_env(cfg, env)
