@@ -275,15 +275,21 @@ cmd_down() {
   log "$name down"
 }
 
+alive() { # PID runs (a zombie does not count)
+  kill -0 "$1" 2>/dev/null && [ "$(ps -o stat= -p "$1" | cut -c1)" != Z ]
+}
+
 cmd_serve() {
   local dir=${1:?dir} port=${2:-8731} pidf
   dir=$(realpath "$dir"); pidf=$STATE/http-$port.pid
   mkdir -p "$STATE"
-  if [ -e "$pidf" ] && kill -0 "$(cat "$pidf")" 2>/dev/null; then
+  if [ -e "$pidf" ] && alive "$(cat "$pidf")"; then
     [ "$(cat "$STATE/http-$port.dir" 2>/dev/null)" = "$dir" ] && return 0
     die "port $port already serves $(cat "$STATE/http-$port.dir" 2>/dev/null); choose another port"
   fi
-  setsid python3 -m http.server --bind "$GW" --directory "$dir" "$port" </dev/null >"$STATE/http-$port.log" 2>&1 &
+  # a static server that honours Range requests (resumed downloads), bound to the bridge only
+  setsid python3 "$(dirname "$(realpath "$0")")/http-range-server.py" "$GW" "$port" "$dir" \
+    </dev/null >"$STATE/http-$port.log" 2>&1 &
   echo $! > "$pidf"; echo "$dir" > "$STATE/http-$port.dir"
   local i
   for i in $(seq 1 50); do

@@ -90,6 +90,12 @@ def test_model_metadata(host, expected_sha256):
     assert meta["sha256"] == [expected_sha256]
 
 
+def test_resumed_download_is_complete(host, expected_sha256):
+    f = host.file("/srv/models/resumed/tiny-llama.gguf")
+    assert f.exists and f.sha256sum == expected_sha256
+    assert not host.file("/srv/models/resumed/tiny-llama.gguf.part").exists
+
+
 def test_wrong_checksum_left_nothing(host):
     assert not host.file("/srv/models/wrong-sum/tiny-llama.gguf").exists
     assert not host.file("/srv/models/wrong-sum/tiny-llama.gguf.part").exists
