@@ -19,7 +19,7 @@ options:
 """
 
 RETURN = r"""
-metadata: {description: Summary (architecture, context_length, size_bytes, ...) and C(kv) with all scalar values.}
+metadata: {description: Summary (architecture, context_length, size_bytes, ...), C(kv) with all scalar values and C(tensors) (name, type, shape).}
 """
 
 import hashlib
@@ -28,6 +28,15 @@ import struct
 
 from ansible.module_utils.basic import AnsibleModule
 
+MAX_NUMERIC = 4096
+# ggml_type numbers (ggml.h) -> names, as `llamafleet inspect` writes them
+GGML_TYPES = {
+    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 9: "Q8_1",
+    10: "Q2_K", 11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 15: "Q8_K", 16: "IQ2_XXS",
+    17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS",
+    24: "I8", 25: "I16", 26: "I32", 27: "I64", 28: "F64", 29: "IQ1_M", 30: "BF16", 34: "TQ1_0",
+    35: "TQ2_0", 39: "MXFP4",
+}
 SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 STRING, ARRAY = 8, 9
 
@@ -57,11 +66,12 @@ class Reader:
         if vtype == ARRAY:
             itype = self.unpack("<I")
             count = self.unpack("<Q")
-            if itype in SCALAR and count > 16:
+            # numeric arrays up to MAX_NUMERIC (per-layer values of hybrid models) are kept
+            if itype in SCALAR and count > MAX_NUMERIC:
                 self.f.seek(struct.calcsize(SCALAR[itype]) * count, os.SEEK_CUR)
                 return {"array_length": count}
             items = [self.value(itype) for _ in range(count)]
-            return items if count <= 16 else {"array_length": count}
+            return items if count <= 16 or itype in SCALAR else {"array_length": count}
         raise ValueError(f"unknown GGUF value type {vtype}")
 
 
@@ -79,7 +89,15 @@ def read_header(path):
         for _ in range(kv_count):
             key = r.string()
             kv[key] = r.value(r.unpack("<I"))
-    return version, tensor_count, kv
+        tensors = []
+        for _ in range(tensor_count):
+            name = r.string()
+            n_dims = r.unpack("<I")
+            shape = [r.unpack("<Q") for _ in range(n_dims)]
+            ttype = r.unpack("<I")
+            r.unpack("<Q")  # offset of the data
+            tensors.append({"name": name, "type": GGML_TYPES.get(ttype, str(ttype)), "shape": shape})
+    return version, tensor_count, kv, tensors
 
 
 def main():
@@ -92,7 +110,9 @@ def main():
     if module.check_mode and not os.path.exists(path):
         module.exit_json(changed=False, metadata={}, msg=f"{path} is not there yet (check mode)")
     try:
-        version, tensor_count, kv = read_header(path)
+        version, tensor_count, kv, tensors = read_header(path)
+        for part in files[1:]:  # the tensors of a split model's other files
+            tensors += read_header(part)[3]
     except (OSError, ValueError) as e:
         module.fail_json(msg=str(e))
     arch = kv.get("general.architecture")
@@ -124,6 +144,9 @@ def main():
         if isinstance(kv.get("tokenizer.ggml.tokens"), dict) else None,
         "chat_template_sha256": hashlib.sha256(template.encode()).hexdigest() if template else None,
         "kv": kv,
+        # name, type and shape of every tensor (the sizes follow from them): what the planner
+        # (`llamafleet plan`, rule LS016) needs besides the key/values
+        "tensors": tensors,
     }
     module.exit_json(changed=False, metadata=meta)
 

@@ -1,0 +1,52 @@
+"""The gguf_models role reads GGUF headers on the target host without the gguf package (plain
+Python there); its tensor list must equal `llamafleet inspect`'s, which the planner reads."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from llamafleet.gguf_meta import inspect_gguf
+from llamafleet.planner import tensor_bytes
+
+MODULE = (
+    Path(__file__).resolve().parents[2] / "roles" / "gguf_models" / "library" / "gguf_metadata.py"
+)
+
+
+def _module() -> ModuleType:
+    pytest.importorskip("ansible")
+    spec = importlib.util.spec_from_file_location("gguf_metadata", MODULE)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.skipif(not MODULE.is_file(), reason="run from a checkout of the whole repository")
+def test_host_reader_equals_inspect(tmp_path: Path) -> None:
+    import gguf
+
+    path = tmp_path / "m.gguf"
+    w = gguf.GGUFWriter(str(path), "qwen35moe")
+    w.add_context_length(262144)
+    w.add_block_count(2)
+    w.add_array("qwen35moe.attention.head_count_kv", [0, 2])  # per-layer values stay numeric
+    w.add_tensor("token_embd.weight", np.zeros((100, 64), dtype=np.float16))
+    w.add_tensor("blk.0.ffn_gate_exps.weight", np.zeros((4, 32, 64), dtype=np.float32))
+    w.add_tensor("output_norm.weight", np.zeros((64,), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    _, count, kv, tensors = _module().read_header(str(path))
+    ins = inspect_gguf(str(path))
+    assert count == 3
+    assert tensors == [{k: t[k] for k in ("name", "type", "shape")} for t in ins["tensors"]]
+    assert [tensor_bytes(t) for t in tensors] == [t["bytes"] for t in ins["tensors"]]
+    assert kv["qwen35moe.attention.head_count_kv"] == [0, 2]
+    assert kv["qwen35moe.context_length"] == ins["metadata"]["qwen35moe.context_length"]
