@@ -26,7 +26,7 @@ set -euo pipefail
 SERVER=$1 GW=$2 U=$3
 HOME_DIR=$(getent passwd "$U" | cut -d: -f6)
 SETTINGS=$HOME_DIR/.claude/settings.json
-REPO=$HOME_DIR/work
+REPO=$HOME_DIR/project
 [ -f "$SETTINGS" ] || { echo "no $SETTINGS: run the converge first" >&2; exit 1; }
 [ -d "$REPO/.git" ] || { echo "no git repository $REPO" >&2; exit 1; }
 command -v claude >/dev/null || { echo "claude is not installed" >&2; exit 1; }
@@ -88,7 +88,7 @@ fi
 run_claude() { # prompt -> seconds
   local t0 t1
   t0=$(date +%s.%N)
-  sudo -u "$U" -H bash -c 'cd ~/work && timeout 600 claude -p "$1" </dev/null >/tmp/claude-run.out 2>&1' _ "$1" \
+  sudo -u "$U" -H bash -c 'cd ~/project && timeout 600 claude -p "$1" </dev/null >/tmp/claude-run.out 2>&1' _ "$1" \
     || { echo "claude -p failed:" >&2; cat /tmp/claude-run.out >&2; exit 1; }
   t1=$(date +%s.%N)
   awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}'
@@ -106,7 +106,7 @@ for mode in off on; do
   read -r e0 c0 s0 < <(metrics)
   w1=$(run_claude "$(tag) Say OK about notes.txt, please.")
   read -r e1 c1 s1 < <(metrics)
-  sudo -u "$U" -H bash -c 'cd ~/work && echo "edit $RANDOM" >> notes.txt'
+  sudo -u "$U" -H bash -c 'cd ~/project && echo "edit $RANDOM" >> notes.txt'
   w2=$(run_claude "$(tag) What changed in notes.txt since then?")
   read -r e2 c2 s2 < <(metrics)
   ev=$((e2 - e1)) ca=$((c2 - c1))

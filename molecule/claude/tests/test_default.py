@@ -52,7 +52,7 @@ def test_owned_keys(host, server):
 
 def test_users_own_settings_survive(host):
     s = settings(host)
-    assert s["permissions"] == {"allow": ["Bash(ls:*)", "Read(~/work/**)"], "deny": ["Bash(rm:*)"]}
+    assert s["permissions"] == {"allow": ["Bash(ls:*)", "Read(~/project/**)"], "deny": ["Bash(rm:*)"]}
     assert s["hooks"] == {
         "PostToolUse": [{"matcher": "Edit", "hooks": [{"type": "command", "command": "true"}]}]
     }
