@@ -50,3 +50,25 @@ def test_host_reader_equals_inspect(tmp_path: Path) -> None:
     assert [tensor_bytes(t) for t in tensors] == [t["bytes"] for t in ins["tensors"]]
     assert kv["qwen35moe.attention.head_count_kv"] == [0, 2]
     assert kv["qwen35moe.context_length"] == ins["metadata"]["qwen35moe.context_length"]
+
+
+def test_fast_reader_equals_inspect(tmp_path: Path) -> None:
+    """`plan`/`check` read GGUF headers without numpy; the result equals `inspect` (gguf package)."""
+    import gguf
+
+    from llamafleet.gguf_meta import read_gguf
+
+    path = tmp_path / "m.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_context_length(131072)
+    w.add_array("llama.some_per_layer", [1, 2, 3])
+    w.add_token_list([f"t{i}" for i in range(50)])
+    w.add_tensor("token_embd.weight", np.zeros((100, 64), dtype=np.float16))
+    w.add_tensor("output_norm.weight", np.zeros((64,), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    fast, ref = read_gguf(str(path)), inspect_gguf(str(path))
+    assert fast["metadata"] == ref["metadata"]
+    assert [{**t, "bytes": tensor_bytes(t)} for t in fast["tensors"]] == ref["tensors"]

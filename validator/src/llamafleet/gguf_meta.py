@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 from llamafleet.errors import InputError
 
@@ -88,6 +89,121 @@ def inspect_gguf(path: str) -> dict[str, Any]:
     return {"path": path, "metadata": meta, "tensors": tensors}
 
 
+# GGUF value types (gguf-py GGUFValueType) and ggml tensor types (ggml.h), for the fast reader.
+_SCALARS = {
+    0: "<B",
+    1: "<b",
+    2: "<H",
+    3: "<h",
+    4: "<I",
+    5: "<i",
+    6: "<f",
+    7: "<?",
+    10: "<Q",
+    11: "<q",
+    12: "<d",
+}
+_STRING, _ARRAY = 8, 9
+#: Numeric arrays longer than this are summarised (per-layer arrays are far shorter).
+_MAX_NUMERIC = 4096
+GGML_TYPE_NAMES = {
+    0: "F32",
+    1: "F16",
+    2: "Q4_0",
+    3: "Q4_1",
+    6: "Q5_0",
+    7: "Q5_1",
+    8: "Q8_0",
+    9: "Q8_1",
+    10: "Q2_K",
+    11: "Q3_K",
+    12: "Q4_K",
+    13: "Q5_K",
+    14: "Q6_K",
+    15: "Q8_K",
+    16: "IQ2_XXS",
+    17: "IQ2_XS",
+    18: "IQ3_XXS",
+    19: "IQ1_S",
+    20: "IQ4_NL",
+    21: "IQ3_S",
+    22: "IQ2_S",
+    23: "IQ4_XS",
+    24: "I8",
+    25: "I16",
+    26: "I32",
+    27: "I64",
+    28: "F64",
+    29: "IQ1_M",
+    30: "BF16",
+    34: "TQ1_0",
+    35: "TQ2_0",
+    39: "MXFP4",
+}
+
+
+class _Header:
+    def __init__(self, fh: BinaryIO, path: str) -> None:
+        self.fh, self.path = fh, path
+
+    def unpack(self, fmt: str) -> Any:
+        size = struct.calcsize(fmt)
+        data = self.fh.read(size)
+        if len(data) != size:
+            raise GGUFError(f"{self.path}: truncated GGUF header")
+        return struct.unpack(fmt, data)[0]
+
+    def string(self) -> str:
+        n = self.unpack("<Q")
+        if n > 1 << 30:
+            raise GGUFError(f"{self.path}: damaged GGUF header (string of {n} bytes)")
+        return self.fh.read(n).decode("utf-8", "replace")
+
+    def value(self, vtype: int, key: str) -> Any:
+        if vtype in _SCALARS:
+            return self.unpack(_SCALARS[vtype])
+        if vtype == _STRING:
+            return self.string()
+        if vtype != _ARRAY:
+            raise GGUFError(f"{self.path}: unknown GGUF value type {vtype} for {key}")
+        itype, count = self.unpack("<I"), self.unpack("<Q")
+        if itype in _SCALARS and (count > _MAX_NUMERIC or key in _SKIPPED_ARRAYS):
+            self.fh.seek(struct.calcsize(_SCALARS[itype]) * count, 1)
+            return {"array_length": count}
+        if itype == _STRING and key in _SKIPPED_ARRAYS:
+            for _ in range(count):
+                self.fh.seek(self.unpack("<Q"), 1)
+            return {"array_length": count}
+        return [self.value(itype, key) for _ in range(count)]
+
+
+def read_gguf(path: str) -> dict[str, Any]:
+    """Like :func:`inspect_gguf` but in plain Python (no numpy), skipping the tokenizer arrays:
+    fast enough for every `plan` and `check`. Tensor sizes follow from type and shape."""
+    with open(path, "rb") as fh:
+        if fh.read(4) != b"GGUF":
+            raise GGUFError(f"{path}: not a GGUF file (expected the magic b'GGUF')")
+        r = _Header(fh, path)
+        version = r.unpack("<I")
+        if version < 2:
+            raise GGUFError(f"{path}: GGUF version {version} is not supported")
+        n_tensors, n_kv = r.unpack("<Q"), r.unpack("<Q")
+        meta: dict[str, Any] = {}
+        for _ in range(n_kv):
+            key = r.string()
+            meta[key] = r.value(r.unpack("<I"), key)
+        tensors = []
+        for _ in range(n_tensors):
+            name = r.string()
+            shape = [r.unpack("<Q") for _ in range(r.unpack("<I"))]
+            ttype = r.unpack("<I")
+            r.unpack("<Q")  # data offset
+            tensors.append(
+                {"name": name, "type": GGML_TYPE_NAMES.get(ttype, str(ttype)), "shape": shape}
+            )
+    return {"path": path, "metadata": meta, "tensors": tensors}
+
+
 @dataclass
 class ModelFacts:
     """What the rules need to know about a model."""
@@ -128,7 +244,7 @@ def load_model_meta(path: str) -> ModelFacts:
     with open(path, "rb") as fh:
         head = fh.read(4)
     if head == b"GGUF":
-        data = inspect_gguf(path)
+        data = read_gguf(path)
     else:
         with open(path, encoding="utf-8") as fh:
             try:
