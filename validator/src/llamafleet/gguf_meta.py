@@ -142,6 +142,54 @@ GGML_TYPE_NAMES = {
 }
 
 
+# ggml weight types: (values per block, bytes per block), for tensors without a "bytes" field.
+GGML_WEIGHT_SIZES: dict[str, tuple[int, int]] = {
+    "F32": (1, 4),
+    "F16": (1, 2),
+    "BF16": (1, 2),
+    "F64": (1, 8),
+    "I8": (1, 1),
+    "I16": (1, 2),
+    "I32": (1, 4),
+    "I64": (1, 8),
+    "Q4_0": (32, 18),
+    "Q4_1": (32, 20),
+    "Q5_0": (32, 22),
+    "Q5_1": (32, 24),
+    "Q8_0": (32, 34),
+    "Q8_1": (32, 40),
+    "Q2_K": (256, 84),
+    "Q3_K": (256, 110),
+    "Q4_K": (256, 144),
+    "Q5_K": (256, 176),
+    "Q6_K": (256, 210),
+    "Q8_K": (256, 292),
+    "IQ2_XXS": (256, 66),
+    "IQ2_XS": (256, 74),
+    "IQ3_XXS": (256, 98),
+    "IQ1_S": (256, 50),
+    "IQ4_NL": (32, 18),
+    "IQ3_S": (256, 110),
+    "IQ2_S": (256, 82),
+    "IQ4_XS": (256, 136),
+    "IQ1_M": (256, 56),
+    "TQ1_0": (256, 54),
+    "TQ2_0": (256, 66),
+    "MXFP4": (32, 17),
+}
+
+
+def tensor_nbytes(ttype: str, shape: list[int]) -> int | None:
+    """Bytes of a tensor's data from its ggml type and shape (None for an unknown type)."""
+    if ttype not in GGML_WEIGHT_SIZES or not shape:
+        return None
+    blk, size = GGML_WEIGHT_SIZES[ttype]
+    n = -(-shape[0] // blk) * size
+    for d in shape[1:]:
+        n *= d
+    return n
+
+
 class _Header:
     def __init__(self, fh: BinaryIO, path: str) -> None:
         self.fh, self.path = fh, path
@@ -198,9 +246,12 @@ def read_gguf(path: str) -> dict[str, Any]:
             shape = [r.unpack("<Q") for _ in range(r.unpack("<I"))]
             ttype = r.unpack("<I")
             r.unpack("<Q")  # data offset
-            tensors.append(
-                {"name": name, "type": GGML_TYPE_NAMES.get(ttype, str(ttype)), "shape": shape}
-            )
+            tname = GGML_TYPE_NAMES.get(ttype, str(ttype))
+            entry: dict[str, Any] = {"name": name, "type": tname, "shape": shape}
+            nbytes = tensor_nbytes(tname, shape)
+            if nbytes is not None:
+                entry["bytes"] = nbytes
+            tensors.append(entry)
     return {"path": path, "metadata": meta, "tensors": tensors}
 
 

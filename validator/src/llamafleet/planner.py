@@ -28,6 +28,7 @@ from typing import Any
 
 from llamafleet.argv import ServerConfig, parse_argv_list
 from llamafleet.errors import InputError
+from llamafleet.gguf_meta import GGML_WEIGHT_SIZES as _GGML_WEIGHT_SIZES
 from llamafleet.gguf_meta import ModelFacts
 
 MIB = 1024 * 1024
@@ -90,42 +91,6 @@ _SWA_PATTERN_DEFAULTS = {
 }
 _EXPERT_RE = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch)?exps")
 _BLK_RE = re.compile(r"^blk\.(\d+)\.")
-
-# ggml weight types: (values per block, bytes per block), for tensors without a "bytes" field.
-_GGML_WEIGHT_SIZES: dict[str, tuple[int, int]] = {
-    "F32": (1, 4),
-    "F16": (1, 2),
-    "BF16": (1, 2),
-    "F64": (1, 8),
-    "I8": (1, 1),
-    "I16": (1, 2),
-    "I32": (1, 4),
-    "I64": (1, 8),
-    "Q4_0": (32, 18),
-    "Q4_1": (32, 20),
-    "Q5_0": (32, 22),
-    "Q5_1": (32, 24),
-    "Q8_0": (32, 34),
-    "Q8_1": (32, 40),
-    "Q2_K": (256, 84),
-    "Q3_K": (256, 110),
-    "Q4_K": (256, 144),
-    "Q5_K": (256, 176),
-    "Q6_K": (256, 210),
-    "Q8_K": (256, 292),
-    "IQ2_XXS": (256, 66),
-    "IQ2_XS": (256, 74),
-    "IQ3_XXS": (256, 98),
-    "IQ1_S": (256, 50),
-    "IQ4_NL": (32, 18),
-    "IQ3_S": (256, 110),
-    "IQ2_S": (256, 82),
-    "IQ4_XS": (256, 136),
-    "IQ1_M": (256, 56),
-    "TQ1_0": (256, 54),
-    "TQ2_0": (256, 66),
-    "MXFP4": (32, 17),
-}
 
 
 class PlanError(InputError):
