@@ -1,0 +1,29 @@
+"""Verify the fleet after the rollouts: every host serves config v2 from the same build."""
+
+import json
+
+UNIT = "llama-server-main.service"
+
+
+def test_service_runs_config_v2(host):
+    assert host.service(UNIT).is_running
+    unit = host.file(f"/etc/systemd/system/{UNIT}").content_string
+    assert "--ctx-size 65536" in unit
+    assert "--n-predict 8" in unit
+    assert "truncated" not in unit
+
+
+def test_health(host):
+    out = host.run("python3 -c %s", "import urllib.request; print(urllib.request.urlopen("
+                   "'http://127.0.0.1:8080/health', timeout=10).read().decode())")
+    assert out.rc == 0, out.stderr
+    assert json.loads(out.stdout)["status"] == "ok"
+
+
+def test_build_links(host):
+    current = host.file("/opt/llama.cpp/current")
+    assert current.is_symlink
+    manifest = json.loads(host.file("/opt/llama.cpp/current/manifest.json").content_string)
+    assert manifest["backend"] == "cpu"
+    # built once, on the canary, and shipped to the others
+    assert manifest["host"] == "lf-fleet-1"
