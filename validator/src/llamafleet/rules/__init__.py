@@ -29,6 +29,11 @@ class Context:
     clients: list[Client] = field(default_factory=list)
     facts: Facts = field(default_factory=Facts)
 
+    @property
+    def all_servers(self) -> list[ServerConfig]:
+        """Every llama-server command checked: scripts, argv, mappings and units' ExecStart."""
+        return self.servers + [u.server for u in self.units if u.server is not None]
+
 
 Predicate = Callable[[Context], Iterator[Hit]]
 REGISTRY: dict[str, Predicate] = {}

@@ -28,7 +28,7 @@ def cuda_arch_mismatch(ctx: Context) -> Iterator[Hit]:
     if not built or sm in built:
         return
     file, line = "<build manifest>", 0
-    servers = ctx.servers + [u.server for u in ctx.units if u.server is not None]
+    servers = ctx.all_servers
     if servers:
         file, line = servers[0].path, servers[0].line
     same_major = any(b // 10 == major for b in built)

@@ -234,7 +234,7 @@ def token_file_readable(ctx: Context) -> Iterator[Hit]:
 
 @rule("CC009")
 def title_request(ctx: Context) -> Iterator[Hit]:
-    servers = ctx.servers + [u.server for u in ctx.units if u.server is not None]
+    servers = ctx.all_servers
     single = [s for s in servers if slots(s)[0] == 1]
     for c in ctx.clients:
         if not c.is_third_party():

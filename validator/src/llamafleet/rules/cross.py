@@ -32,10 +32,6 @@ def _matches(url_host: str, url_port: int, cfg: ServerConfig) -> bool:
     return url_host.strip("[]").lower() == host.strip("[]").lower()
 
 
-def _servers(ctx: Context) -> list[ServerConfig]:
-    return ctx.servers + [u.server for u in ctx.units if u.server is not None]
-
-
 def _client_url(c: Client) -> tuple[str, int, str, int, str] | None:
     v = c.base_url()
     if v is None or not isinstance(v.value, str) or not c.is_third_party():
@@ -51,7 +47,7 @@ def _client_url(c: Client) -> tuple[str, int, str, int, str] | None:
 
 @rule("XC001")
 def client_server_mismatch(ctx: Context) -> Iterator[Hit]:
-    servers = _servers(ctx)
+    servers = ctx.all_servers
     if not servers:
         return
     for c in ctx.clients:
@@ -94,7 +90,7 @@ def server_key(cfg: ServerConfig) -> tuple[bool, str | None]:
 
 @rule("XC002")
 def client_missing_key(ctx: Context) -> Iterator[Hit]:
-    servers = _servers(ctx)
+    servers = ctx.all_servers
     for c in ctx.clients:
         url = _client_url(c)
         if url is None:

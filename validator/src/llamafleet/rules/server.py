@@ -17,10 +17,6 @@ MMPROJ_SAFE_BUILD = 8153
 AUTO_SLOTS = 4
 
 
-def _all_servers(ctx: Context) -> list[ServerConfig]:
-    return ctx.servers + [u.server for u in ctx.units if u.server is not None]
-
-
 def slots(cfg: ServerConfig) -> tuple[int, bool, bool]:
     """(number of slots, KV unified?, -np given explicitly?) as llama-server resolves them."""
     n = cfg.int_value("--parallel")
@@ -63,7 +59,7 @@ def per_request_context(cfg: ServerConfig, facts: Facts) -> tuple[int | None, st
 
 @rule("LS001")
 def cache_ram_disabled(ctx: Context) -> Iterator[Hit]:
-    for cfg in _all_servers(ctx):
+    for cfg in ctx.all_servers:
         opt = cfg.get("--cache-ram")
         if opt and opt.value is not None and opt.value.strip() == "0":
             yield Hit(cfg.path, opt.line, {"option": opt.display})
@@ -71,7 +67,7 @@ def cache_ram_disabled(ctx: Context) -> Iterator[Hit]:
 
 @rule("LS002")
 def cache_ram_unbounded(ctx: Context) -> Iterator[Hit]:
-    for cfg in _all_servers(ctx):
+    for cfg in ctx.all_servers:
         opt = cfg.get("--cache-ram")
         if opt and opt.value is not None and opt.value.strip() == "-1":
             yield Hit(cfg.path, opt.line, {"option": opt.display})
@@ -79,7 +75,7 @@ def cache_ram_unbounded(ctx: Context) -> Iterator[Hit]:
 
 @rule("LS003")
 def parallel_splits_context(ctx: Context) -> Iterator[Hit]:
-    for cfg in _all_servers(ctx):
+    for cfg in ctx.all_servers:
         n, unified, explicit = slots(cfg)
         opt = cfg.get("--parallel")
         if not explicit or n <= 1 or opt is None:
@@ -123,7 +119,7 @@ def _recurrent_state_mib(ctx: Context) -> float | None:
 
 @rule("LS004")
 def request_context_too_small(ctx: Context) -> Iterator[Hit]:
-    for cfg in _all_servers(ctx):
+    for cfg in ctx.all_servers:
         per, detail = per_request_context(cfg, ctx.facts)
         if per is None or per >= CLAUDE_CODE_MIN_CTX:
             continue
@@ -136,7 +132,7 @@ def request_context_too_small(ctx: Context) -> Iterator[Hit]:
 
 @rule("LS005")
 def mmproj_breaks_cache(ctx: Context) -> Iterator[Hit]:
-    for cfg in _all_servers(ctx):
+    for cfg in ctx.all_servers:
         opt = cfg.get("--mmproj")
         if opt is None or opt.negated:
             continue
@@ -154,7 +150,7 @@ def mmproj_breaks_cache(ctx: Context) -> Iterator[Hit]:
 
 @rule("LS006")
 def cache_reuse_zero(ctx: Context) -> Iterator[Hit]:
-    for cfg in _all_servers(ctx):
+    for cfg in ctx.all_servers:
         opt = cfg.get("--cache-reuse")
         if opt and opt.value is not None and opt.value.strip() == "0":
             yield Hit(cfg.path, opt.line, {"option": opt.display})
@@ -178,7 +174,7 @@ def has_api_key(cfg: ServerConfig) -> bool:
 
 @rule("LS007")
 def exposed_without_api_key(ctx: Context) -> Iterator[Hit]:
-    for cfg in _all_servers(ctx):
+    for cfg in ctx.all_servers:
         opt = cfg.get("--host")
         if opt is None or opt.value is None or is_loopback(opt.value):
             continue
@@ -192,7 +188,7 @@ def _is_off(opt: Option | None) -> bool:
 
 @rule("LS008")
 def quantized_v_without_fa(ctx: Context) -> Iterator[Hit]:
-    for cfg in _all_servers(ctx):
+    for cfg in ctx.all_servers:
         fa = cfg.get("--flash-attn")
         vtype = cfg.value("--cache-type-v")
         if not _is_off(fa) or vtype is None or fa is None:
@@ -206,7 +202,7 @@ def quantized_v_without_fa(ctx: Context) -> Iterator[Hit]:
 @rule("LS009")
 def turbo_unsupported(ctx: Context) -> Iterator[Hit]:
     has_turbo = ctx.facts.has_turbo
-    for cfg in _all_servers(ctx):
+    for cfg in ctx.all_servers:
         for name in ("--cache-type-k", "--cache-type-v"):
             opt = cfg.get(name)
             if opt is None or opt.value not in TURBO_CACHE_TYPES:
@@ -241,7 +237,7 @@ def turbo_unsupported(ctx: Context) -> Iterator[Hit]:
 
 @rule("LS010")
 def symmetric_turbo_k(ctx: Context) -> Iterator[Hit]:
-    for cfg in _all_servers(ctx):
+    for cfg in ctx.all_servers:
         opt = cfg.get("--cache-type-k")
         if opt and opt.value and opt.value.startswith("turbo"):
             yield Hit(cfg.path, opt.line, {"option": opt.display})
@@ -249,7 +245,7 @@ def symmetric_turbo_k(ctx: Context) -> Iterator[Hit]:
 
 @rule("LS011")
 def fit_silently_disabled(ctx: Context) -> Iterator[Hit]:
-    for cfg in _all_servers(ctx):
+    for cfg in ctx.all_servers:
         fit = cfg.get("--fit")
         if _is_off(fit):
             continue
@@ -273,7 +269,7 @@ def ctx_above_training(ctx: Context) -> Iterator[Hit]:
     n_train = model.context_length if model else None
     if not n_train:
         return
-    for cfg in _all_servers(ctx):
+    for cfg in ctx.all_servers:
         opt = cfg.get("--ctx-size")
         c = cfg.int_value("--ctx-size")
         if opt is not None and c is not None and c > n_train:
@@ -282,7 +278,7 @@ def ctx_above_training(ctx: Context) -> Iterator[Hit]:
 
 @rule("LS013")
 def batch_below_ubatch(ctx: Context) -> Iterator[Hit]:
-    for cfg in _all_servers(ctx):
+    for cfg in ctx.all_servers:
         b, ub = cfg.int_value("--batch-size"), cfg.int_value("--ubatch-size")
         if b is None and ub is None:
             continue
@@ -301,7 +297,7 @@ def batch_below_ubatch(ctx: Context) -> Iterator[Hit]:
 def unknown_flag(ctx: Context) -> Iterator[Hit]:
     t = table()
     helpfacts = ctx.facts.help
-    for cfg in _all_servers(ctx):
+    for cfg in ctx.all_servers:
         for opt in cfg.options:
             if opt.from_env:
                 continue
@@ -345,7 +341,7 @@ def swa_full_on_hybrid(ctx: Context) -> Iterator[Hit]:
     model = ctx.facts.model
     if model is None or not model.is_recurrent:
         return
-    for cfg in _all_servers(ctx):
+    for cfg in ctx.all_servers:
         opt = cfg.get("--swa-full")
         if opt is not None and not opt.negated:
             yield Hit(cfg.path, opt.line, {"arch": model.architecture})
@@ -358,7 +354,7 @@ def does_not_fit(ctx: Context) -> Iterator[Hit]:
         return  # the estimate needs the tensor list (`llamafleet inspect` JSON or the GGUF)
     from llamafleet import planner
 
-    for cfg in _all_servers(ctx):
+    for cfg in ctx.all_servers:
         try:
             plan = planner.estimate(model, cfg)
         except planner.PlanError:
@@ -397,7 +393,7 @@ def threads_above_cores(ctx: Context) -> Iterator[Hit]:
     cores = ctx.facts.cpu_cores
     if not cores:
         return
-    for cfg in _all_servers(ctx):
+    for cfg in ctx.all_servers:
         for name in ("--threads", "--threads-batch"):
             opt = cfg.get(name)
             n = cfg.int_value(name)
@@ -407,7 +403,7 @@ def threads_above_cores(ctx: Context) -> Iterator[Hit]:
 
 @rule("LS018")
 def mmproj_offload_without_mmproj(ctx: Context) -> Iterator[Hit]:
-    for cfg in _all_servers(ctx):
+    for cfg in ctx.all_servers:
         opt = cfg.get("--mmproj-offload")
         if opt is not None and opt.negated and not cfg.has("--mmproj"):
             yield Hit(cfg.path, opt.line, {"option": opt.display})
@@ -415,7 +411,7 @@ def mmproj_offload_without_mmproj(ctx: Context) -> Iterator[Hit]:
 
 @rule("LS019")
 def turbo_env(ctx: Context) -> Iterator[Hit]:
-    for cfg in _all_servers(ctx):
+    for cfg in ctx.all_servers:
         if "LLAMA_KV_CACHE_TURBO" in cfg.env:
             yield Hit(cfg.path, cfg.env["LLAMA_KV_CACHE_TURBO"][1], {})
 
@@ -423,7 +419,7 @@ def turbo_env(ctx: Context) -> Iterator[Hit]:
 @rule("LS020")
 def invalid_value(ctx: Context) -> Iterator[Hit]:
     help_types = ctx.facts.help.cache_types if ctx.facts.help else None
-    for cfg in _all_servers(ctx):
+    for cfg in ctx.all_servers:
         for opt in cfg.options:
             why = validate_value(opt)
             if why is None:
