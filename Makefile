@@ -57,6 +57,7 @@ molecule: bootstrap
 	$(BIN)/molecule test -s default
 	$(BIN)/molecule test -s claude
 	$(BIN)/molecule test -s cuda
+	$(BIN)/molecule test -s fleet
 
 bench: $(VENV)/.stamp
 	$(BIN)/python validator/tools/bench.py 1000

@@ -283,28 +283,40 @@ cmd_serve() {
   local dir=${1:?dir} port=${2:-8731} pidf
   dir=$(realpath "$dir"); pidf=$STATE/http-$port.pid
   mkdir -p "$STATE"
-  if [ -e "$pidf" ] && alive "$(cat "$pidf")"; then
+  if [ -e "$pidf" ] && alive "$(cat "$pidf")" \
+      && grep -q http-range-server "/proc/$(cat "$pidf")/cmdline" 2>/dev/null; then
     [ "$(cat "$STATE/http-$port.dir" 2>/dev/null)" = "$dir" ] && return 0
     die "port $port already serves $(cat "$STATE/http-$port.dir" 2>/dev/null); choose another port"
   fi
+  # the bridge address must exist before the server can bind it
+  cmd_net_up
   # a static server that honours Range requests (resumed downloads), bound to the bridge only
   setsid python3 "$(dirname "$(realpath "$0")")/http-range-server.py" "$GW" "$port" "$dir" \
     </dev/null >"$STATE/http-$port.log" 2>&1 &
   echo $! > "$pidf"; echo "$dir" > "$STATE/http-$port.dir"
   local i
+  # ready = our process still runs and answers HTTP (a bare TCP connect can be accepted by
+  # something else on the way when the address is not local)
   for i in $(seq 1 50); do
-    python3 -c "import socket; socket.create_connection(('$GW', $port), 1)" 2>/dev/null \
+    alive "$(cat "$pidf")" || break
+    python3 -c $'import urllib.request as u, urllib.error as e\ntry: u.urlopen("http://'"$GW:$port"$'/", timeout=1)\nexcept e.HTTPError: pass' 2>/dev/null \
       && { log "serving $dir on http://$GW:$port/"; return 0; }
     sleep 0.1
   done
+  rm -f "$pidf" "$STATE/http-$port.dir"
   die "HTTP server did not start: $(tail -5 "$STATE/http-$port.log")"
 }
 
 cmd_unserve() { # [PORT]: one server, or every server this script started
-  local f
-  for f in "$STATE"/http-"${1:-*}".pid ${1:+/nonexistent} "$STATE/http.pid"; do
+  local f pid files
+  if [ -n "${1:-}" ]; then files=("$STATE/http-$1.pid"); else files=("$STATE"/http-*.pid "$STATE/http.pid"); fi
+  for f in "${files[@]}"; do
     [ -e "$f" ] || continue
-    kill "$(cat "$f")" 2>/dev/null || true
+    pid=$(cat "$f")
+    # only our own server: a stale file may name a PID that now belongs to something else
+    if alive "$pid" && grep -q http-range-server "/proc/$pid/cmdline" 2>/dev/null; then
+      kill "$pid" 2>/dev/null || true
+    fi
     rm -f "$f" "${f%.pid}.dir"
   done
 }
@@ -340,7 +352,7 @@ case "${1:-}" in
   down) shift; cmd_down "$@" ;;
   exec) shift; n=${1:?name}; shift; exec nsenter -t "$(leader "$n")" -a "$@" ;;
   serve) shift; cmd_serve "$@" ;;
-  unserve) cmd_unserve ;;
+  unserve) shift; cmd_unserve "$@" ;;
   cleanup) [ -n "$(cmd_list)" ] || { cmd_unserve; cmd_net_down; } ;;
   ssh-config) cmd_ssh_config ;;
   list) cmd_list ;;

@@ -91,6 +91,9 @@ def test_sarif_structure(seed_dir: Path) -> None:
         assert r["level"] in ("error", "warning", "note")
         region = r["locations"][0]["physicalLocation"]["region"]
         assert region["startLine"] >= 1
+    # a rule's help has no unfilled {placeholder} of a finding
+    for rule in rules:
+        assert "{" not in rule["help"]["text"], rule["id"]
 
 
 @pytest.mark.parametrize(("fail_on", "code"), [("error", 0), ("warning", 1), ("info", 1)])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from typing import Any
 from urllib.parse import quote
@@ -58,6 +59,15 @@ def _uri(path: str) -> str:
     return quote(p.removeprefix("./"))
 
 
+def _rule_help(rule_id: str, fix: str) -> str:
+    """A rule's fix without the finding's values: `{x}` shows as `<x>`; a fix that is only a
+    placeholder (it depends on the finding) points at the docs."""
+    generic = re.sub(r"\{(\w+)\}", r"<\1>", fix)
+    if re.fullmatch(r"<\w+>", generic):
+        return f"Depends on the finding (see its message); `llamafleet explain {rule_id}`."
+    return generic
+
+
 def sarif(result: Result) -> str:
     cat = catalogue()
     rules: list[dict[str, Any]] = []
@@ -72,7 +82,10 @@ def sarif(result: Result) -> str:
                     "text": info.message.split(":")[0].replace("{", "").replace("}", "")
                 },
                 "fullDescription": {"text": info.why},
-                "help": {"text": info.fix, "markdown": info.fix},
+                "help": {
+                    "text": _rule_help(info.id, info.fix),
+                    "markdown": _rule_help(info.id, info.fix),
+                },
                 "helpUri": DOCS_URI.format(id=info.id),
                 "defaultConfiguration": {"level": SARIF_LEVEL[info.severity]},
                 "properties": {"scope": info.scope, "tags": [info.scope]},

@@ -61,15 +61,17 @@ def client_server_mismatch(ctx: Context) -> Iterator[Hit]:
         h, p = server_address(servers[0])
         if h in ("0.0.0.0", "::"):
             h = host
-        yield Hit(
-            file,
-            line,
-            {
-                "base_url": base,
-                "servers": listed,
-                "suggested": f"{h}:{p}",
-            },
-        )
+        if not is_loopback(host) and all(is_loopback(server_address(s)[0]) for s in servers):
+            # a client on another machine cannot reach a loopback-only server at any URL
+            remedy = (
+                f"The server listens on {h} only: run Claude Code on the server's host with "
+                f"ANTHROPIC_BASE_URL=http://{h}:{p}, or make the server listen on an address "
+                "this client reaches (--host, with --api-key-file) and point ANTHROPIC_BASE_URL "
+                "there (no /v1)."
+            )
+        else:
+            remedy = f"Set ANTHROPIC_BASE_URL to http://{h}:{p} (no /v1)."
+        yield Hit(file, line, {"base_url": base, "servers": listed, "remedy": remedy})
 
 
 def server_key(cfg: ServerConfig) -> tuple[bool, str | None]:
