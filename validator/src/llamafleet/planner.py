@@ -52,20 +52,15 @@ DEFAULT_CACHE_RAM_MIB = 8192
 CTX_PAD = 256  # GGML_PAD(n_ctx, 256) in llama-context.cpp
 TURBO_BLOCK = 128  # TurboQuant blocks; head_dim is zero-padded to a multiple of this
 
-#: KV cache types: (values per block, bytes per block). Upstream ggml types from ggml-common.h;
-#: TurboQuant fork types (blocks of 128): turbo2 2.125, turbo3 3.125, turbo4 4.25 bit/value
-#: (the fork's 2026-05 head; later heads use 4.125 for turbo4), tq5_0 5.125, tq6_0 6.125
-#: (K only, CUDA only: 164/196-byte rows for head_dim 256).
+#: KV cache types: (values per block, bytes per block). Upstream ggml types (their sizes are the
+#: weight table's, ggml-common.h); TurboQuant fork types (blocks of 128): turbo2 2.125, turbo3
+#: 3.125, turbo4 4.25 bit/value (the fork's 2026-05 head; later heads use 4.125 for turbo4), tq5_0
+#: 5.125, tq6_0 6.125 (K only, CUDA only: 164/196-byte rows for head_dim 256).
 KV_TYPES: dict[str, tuple[int, int]] = {
-    "f32": (1, 4),
-    "f16": (1, 2),
-    "bf16": (1, 2),
-    "q8_0": (32, 34),
-    "q4_0": (32, 18),
-    "q4_1": (32, 20),
-    "q5_0": (32, 22),
-    "q5_1": (32, 24),
-    "iq4_nl": (32, 18),
+    **{
+        t.lower(): _GGML_WEIGHT_SIZES[t]
+        for t in ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL")
+    },
     "turbo2": (TURBO_BLOCK, 34),
     "turbo3": (TURBO_BLOCK, 50),
     "turbo4": (TURBO_BLOCK, 68),
