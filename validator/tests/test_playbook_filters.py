@@ -1,0 +1,55 @@
+"""The fleet playbooks' filter reads deployed units with the validator's unit parser: variables
+from Environment=, quoted paths, short flags and the defaults the rollout and audit rely on."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+PLUGIN = (
+    Path(__file__).resolve().parents[2] / "playbooks" / "filter_plugins" / "llamafleet_units.py"
+)
+
+
+def _load() -> ModuleType:
+    pytest.importorskip("ansible")
+    spec = importlib.util.spec_from_file_location("llamafleet_units", PLUGIN)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _server(text: str) -> dict[str, Any]:
+    result: dict[str, Any] = _load().FilterModule().filters()["llamafleet_unit_server"](text)
+    return result
+
+
+def test_reads_environment_quotes_and_short_flags() -> None:
+    unit = (
+        "[Service]\nEnvironment=PORT=8089\n"
+        'ExecStart=/opt/llama.cpp/current/bin/llama-server -m "/srv/models/a b/x.gguf" '
+        "--host 0.0.0.0 --port ${PORT} -c 4096\n"
+    )
+    assert _server(unit) == {
+        "host": "0.0.0.0",
+        "port": 8089,
+        "connect_host": "127.0.0.1",
+        "model": "/srv/models/a b/x.gguf",
+        "ctx_size": 4096,
+    }
+
+
+def test_defaults_and_a_specific_address() -> None:
+    unit = "[Service]\nExecStart=/usr/bin/llama-server --model m.gguf --host 10.0.0.5\n"
+    s = _server(unit)
+    assert (s["host"], s["port"], s["connect_host"]) == ("10.0.0.5", 8080, "10.0.0.5")
+    assert s["ctx_size"] is None
+
+
+def test_unit_without_execstart_is_empty() -> None:
+    assert _server("[Service]\nType=simple\n") == {}
