@@ -1,5 +1,6 @@
-"""Filters for the fleet playbooks: read a deployed llama-server unit with the validator's own
-unit parser (Environment=, quoting, short and long flags), not with regular expressions."""
+"""Filters for the fleet playbooks: read a deployed llama-server unit and a user's Claude Code
+settings with the validator's own parsers (Environment=, quoting, short and long flags; settings
+precedence), not with regular expressions."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 try:
     from llamafleet.rules.cross import server_address
+    from llamafleet.settings import group_clients, load_settings
     from llamafleet.units import parse_unit
 except ImportError as exc:  # pragma: no cover - reported when the filter is used
     _IMPORT_ERROR: ImportError | None = exc
@@ -16,9 +18,7 @@ else:
 _ANY = ("0.0.0.0", "::", "[::]", "localhost")
 
 
-def llamafleet_unit_server(text: str, path: str = "unit.service") -> dict[str, Any]:
-    """The llama-server a unit runs: host, port, connect_host (where a client on the same host
-    connects), model and ctx_size (None when unset). Empty when the unit runs no llama-server."""
+def _need_llamafleet() -> None:
     if _IMPORT_ERROR is not None:
         from ansible.errors import AnsibleFilterError
 
@@ -26,6 +26,12 @@ def llamafleet_unit_server(text: str, path: str = "unit.service") -> dict[str, A
             "the llamafleet Python package is not installed on the controller "
             "(pip install ./validator): " + str(_IMPORT_ERROR)
         )
+
+
+def llamafleet_unit_server(text: str, path: str = "unit.service") -> dict[str, Any]:
+    """The llama-server a unit runs: host, port, connect_host (where a client on the same host
+    connects), model and ctx_size (None when unset). Empty when the unit has no ExecStart=."""
+    _need_llamafleet()
     server = parse_unit(text, path).server
     if server is None:
         return {}
@@ -39,6 +45,25 @@ def llamafleet_unit_server(text: str, path: str = "unit.service") -> dict[str, A
     }
 
 
+def llamafleet_client_base_url(user_text: str, managed_text: str | None = None) -> str:
+    """The ANTHROPIC_BASE_URL a user's Claude Code uses: their settings.json under the managed
+    settings (which win); empty when unset or when the files are not valid JSON."""
+    _need_llamafleet()
+    files = [load_settings("settings.json", user_text, "user")]
+    if managed_text:
+        files.append(load_settings("managed-settings.json", managed_text, "managed"))
+    clients = group_clients(files, {})
+    value = clients[0].base_url() if clients else None
+    return (
+        value.value.strip()
+        if value is not None and isinstance(value.value, str)
+        else ""
+    )
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"llamafleet_unit_server": llamafleet_unit_server}
+        return {
+            "llamafleet_unit_server": llamafleet_unit_server,
+            "llamafleet_client_base_url": llamafleet_client_base_url,
+        }

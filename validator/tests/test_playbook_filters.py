@@ -53,3 +53,21 @@ def test_defaults_and_a_specific_address() -> None:
 
 def test_unit_without_execstart_is_empty() -> None:
     assert _server("[Service]\nType=simple\n") == {}
+
+
+def _base_url(user: str, managed: str | None = None) -> str:
+    result: str = _load().FilterModule().filters()["llamafleet_client_base_url"](user, managed)
+    return result
+
+
+def test_base_url_from_user_settings_managed_wins() -> None:
+    user = '{"env": {"ANTHROPIC_BASE_URL": "http://10.0.0.5:8080"}}'
+    managed = '{"env": {"ANTHROPIC_BASE_URL": "http://10.0.0.9:8081"}}'
+    assert _base_url(user) == "http://10.0.0.5:8080"
+    assert _base_url(user, managed) == "http://10.0.0.9:8081"
+    assert _base_url(user, '{"env": {}}') == "http://10.0.0.5:8080"
+
+
+def test_base_url_unset_or_broken_is_empty() -> None:
+    assert _base_url('{"model": "x"}') == ""
+    assert _base_url("{not json") == ""
