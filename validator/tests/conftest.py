@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
@@ -7,6 +8,7 @@ from collections.abc import Sequence
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -43,3 +45,14 @@ def run_cli(args: Sequence[str], cwd: Path | None = None) -> CliResult:
 @pytest.fixture
 def cli() -> Any:
     return run_cli
+
+
+def load_ansible_plugin(path: Path) -> ModuleType:
+    """Import a module or plugin file of the repository's roles or playbooks by its path (they
+    import Ansible, so the test is skipped without it)."""
+    pytest.importorskip("ansible")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

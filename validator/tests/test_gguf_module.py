@@ -3,13 +3,13 @@ Python there); its tensor list must equal `llamafleet inspect`'s, which the plan
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
 
+from conftest import load_ansible_plugin
 from llamafleet.gguf_meta import inspect_gguf
 from llamafleet.planner import tensor_bytes
 
@@ -19,12 +19,7 @@ MODULE = (
 
 
 def _module() -> ModuleType:
-    pytest.importorskip("ansible")
-    spec = importlib.util.spec_from_file_location("gguf_metadata", MODULE)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_ansible_plugin(MODULE)
 
 
 @pytest.mark.skipif(not MODULE.is_file(), reason="run from a checkout of the whole repository")

@@ -3,12 +3,11 @@ from Environment=, quoted paths, short flags and the defaults the rollout and au
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import pytest
+from conftest import load_ansible_plugin
 
 PLUGIN = (
     Path(__file__).resolve().parents[2] / "playbooks" / "filter_plugins" / "llamafleet_units.py"
@@ -16,12 +15,7 @@ PLUGIN = (
 
 
 def _load() -> ModuleType:
-    pytest.importorskip("ansible")
-    spec = importlib.util.spec_from_file_location("llamafleet_units", PLUGIN)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_ansible_plugin(PLUGIN)
 
 
 def _server(text: str) -> dict[str, Any]:
