@@ -1,12 +1,14 @@
 """Filters for the fleet playbooks: read a deployed llama-server unit and a user's Claude Code
 settings with the validator's own parsers (Environment=, quoting, short and long flags; settings
-precedence), not with regular expressions."""
+precedence), not with regular expressions. The texts come from managed hosts: no file they name
+(EnvironmentFile=, a credential's key file) is opened on the controller, and no file is stat'ed."""
 
 from __future__ import annotations
 
 from typing import Any
 
 try:
+    from llamafleet.refs import NEVER
     from llamafleet.rules.cross import server_address
     from llamafleet.settings import group_clients, load_settings
     from llamafleet.units import parse_unit
@@ -32,7 +34,7 @@ def llamafleet_unit_server(text: str, path: str = "unit.service") -> dict[str, A
     """The llama-server a unit runs: host, port, connect_host (where a client on the same host
     connects), model and ctx_size (None when unset). Empty when the unit has no ExecStart=."""
     _need_llamafleet()
-    server = parse_unit(text, path).server
+    server = parse_unit(text, path, NEVER).server
     if server is None:
         return {}
     host, port = server_address(server)
@@ -49,16 +51,12 @@ def llamafleet_client_base_url(user_text: str, managed_text: str | None = None) 
     """The ANTHROPIC_BASE_URL a user's Claude Code uses: their settings.json under the managed
     settings (which win); empty when unset or when the files are not valid JSON."""
     _need_llamafleet()
-    files = [load_settings("settings.json", user_text, "user")]
+    files = [load_settings("settings.json", user_text, "user", mode=None)]
     if managed_text:
-        files.append(load_settings("managed-settings.json", managed_text, "managed"))
+        files.append(load_settings("managed-settings.json", managed_text, "managed", mode=None))
     clients = group_clients(files, {})
     value = clients[0].base_url() if clients else None
-    return (
-        value.value.strip()
-        if value is not None and isinstance(value.value, str)
-        else ""
-    )
+    return value.value.strip() if value is not None and isinstance(value.value, str) else ""
 
 
 class FilterModule:

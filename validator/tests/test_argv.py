@@ -14,6 +14,7 @@ from llamafleet.argv import (
     parse_script,
     render_argv,
 )
+from llamafleet.refs import ReferencedFiles
 from llamafleet.units import parse_unit
 
 SHORT_FORMS = [
@@ -128,7 +129,7 @@ def test_unit_execstart_with_environment(tmp_path: Path) -> None:
         "    -c ${CTX} $EXTRA\n"
         "User=llama\n"
     )
-    u = parse_unit(unit, str(tmp_path / "llama.service"))
+    u = parse_unit(unit, str(tmp_path / "llama.service"), ReferencedFiles(as_named=True))
     assert u.server is not None
     assert u.server.value("--model") == "/srv/q.gguf"
     assert u.server.int_value("--ctx-size") == 131072

@@ -73,3 +73,24 @@ def test_bad_compute_capability(tmp_path: Path) -> None:
     p.write_text("gpu: {compute_capability: sm89}\n")
     with pytest.raises(FactsError, match=r"MAJOR\.MINOR"):
         load_facts_file(str(p))
+
+
+def test_help_value_list_wrapped_over_two_lines() -> None:
+    # the shape of the real fork's --help (build 9079): the list continues on the next line
+    from llamafleet.flags import parse_help
+
+    pad = " " * 40
+    text = (
+        "-ctk,  --cache-type-k TYPE              KV cache data type for K\n"
+        f"{pad}allowed values: f32, f16, bf16, q8_0, q4_0, q4_1,\n"
+        f"{pad}iq4_nl, q5_0, q5_1, turbo2, turbo3, turbo4\n"
+        f"{pad}(default: f16)\n"
+        "-ctv,  --cache-type-v TYPE              KV cache data type for V\n"
+    )
+    facts = parse_help(text)
+    assert facts.cache_types is not None
+    assert facts.cache_types[-3:] == ("turbo2", "turbo3", "turbo4")
+    assert len(facts.cache_types) == 12
+    # a list that is not wrapped stops at "(default: ...)"
+    one = parse_help(text.replace(f",\n{pad}iq4_nl", ", iq4_nl"))
+    assert one.cache_types == facts.cache_types

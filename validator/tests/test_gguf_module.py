@@ -3,6 +3,7 @@ Python there); its tensor list must equal `llamafleet inspect`'s, which the plan
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import ModuleType
 
@@ -19,6 +20,13 @@ MODULE = (
 
 
 def _module() -> ModuleType:
+    pytest.importorskip("ansible")
+    import ansible.module_utils
+
+    # the role's module_utils, where Ansible finds them for the role's modules
+    utils = str(MODULE.parents[1] / "module_utils")
+    if utils not in ansible.module_utils.__path__:
+        ansible.module_utils.__path__.append(utils)
     return load_ansible_plugin(MODULE)
 
 
@@ -67,3 +75,29 @@ def test_fast_reader_equals_inspect(tmp_path: Path) -> None:
     fast, ref = read_gguf(str(path)), inspect_gguf(str(path))
     assert fast["metadata"] == ref["metadata"]
     assert fast["tensors"] == ref["tensors"]
+
+
+def test_documents_pass_the_metadata_validation(tmp_path: Path) -> None:
+    """What the role saves as metadata.json (from its reader or from `llamafleet inspect` as the
+    inspect command) passes the validation every saved document goes through."""
+    import gguf
+
+    path = tmp_path / "m.gguf"
+    w = gguf.GGUFWriter(str(path), "qwen35moe")
+    w.add_context_length(262144)
+    w.add_array("qwen35moe.attention.head_count_kv", [0, 2])
+    w.add_token_list([f"t{i}" for i in range(50)])
+    w.add_string("general.license", "line one\nline two")
+    w.add_chat_template("{{ messages }}\n")
+    w.add_tensor("token_embd.weight", np.zeros((100, 64), dtype=np.float16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    mod = _module()
+    doc = mod.summarize([str(path)], [mod.read_header(str(path))], [path.stat().st_size])
+    doc.update(model="m", sha256=["0" * 64], mmproj=None)
+    assert mod.validate_metadata(doc, "m.json") is doc
+    assert doc["head_count_kv"] == [0, 2] and doc["chat_template_sha256"]
+    ins = json.loads(json.dumps(inspect_gguf(str(path)), default=str))
+    assert mod.validate_metadata({**ins, "model": "m", "sha256": ["0" * 64]}, "m.json")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from llamafleet.settings import Client, classify, group_clients, load_settings
 
 
@@ -50,3 +52,22 @@ def test_several_user_files_are_several_clients() -> None:
     clients = group_clients(files, {})
     assert len(clients) == 2
     assert all(any(f.scope == "managed" for f in c.files) for c in clients)
+
+
+def test_explicit_mode_is_used_instead_of_stat(tmp_path: Path) -> None:
+    from llamafleet.engine import Inputs, add_file, run
+
+    path = tmp_path / "settings.json"
+    text = '{"env": {"ANTHROPIC_AUTH_TOKEN": "k"}}'
+    path.write_text(text)
+    path.chmod(0o600)
+    assert load_settings(str(path), text).mode == 0o600  # default: from the file
+    assert load_settings(str(path), text, mode=0o100644).mode == 0o644  # st_mode: bits taken
+    assert load_settings(str(path), text, mode=None).mode is None  # unknown: not stat'ed
+    assert load_settings(str(tmp_path / "nowhere.json"), text, mode=0o640).mode == 0o640
+    # CC008 follows the mode given by an in-process caller (a 0600 scratch copy of a 0644 file)
+    for mode, fired in ((0o644, True), (0o600, False), (None, False)):
+        inputs = Inputs()
+        add_file(inputs, str(path), text, kind="settings", scope="user", mode=mode)
+        ids = [f.id for f in run(inputs, only=["CC008"]).findings]
+        assert ids == (["CC008"] if fired else []), mode

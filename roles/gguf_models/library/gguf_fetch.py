@@ -1,13 +1,16 @@
 #!/usr/bin/python
 # Apache-2.0
-"""Ansible module: place one (GGUF) file under its final name only after its sha256 was verified."""
+"""Ansible module: place one (GGUF) file under its final name only after its sha256 was verified,
+root-owned, through directory descriptors (see module_utils/gguf_models_safefs.py)."""
 
 from __future__ import annotations
+
+# ruff: noqa: E402 - Ansible modules import after their DOCUMENTATION
 
 DOCUMENTATION = r"""
 ---
 module: gguf_fetch
-short_description: Download (resumably) or finalize a model file, verified by sha256
+short_description: Download (resumably) or finalize a model file, verified by sha256, root-owned
 description:
   - With O(url), downloads into C(<dest>.part), resuming a partial download with an HTTP Range
     request, checks the free disk space first, verifies the sha256 and the GGUF magic, and only then
@@ -16,70 +19,180 @@ description:
   - A verified file gets a C(<dest>.sha256) file in C(sha256sum) format. A file whose sha256 file
     names the expected checksum is not read again (set O(verify_existing) to re-hash it).
   - A checksum mismatch fails, deletes the partial file and leaves nothing under O(dest).
-  - With O(state=probe) nothing is changed; the module reports whether O(dest) is in place and, if
-    not, checks that O(size) bytes fit.
+  - With O(state=probe) the module reports whether O(dest) is in place and, if not, checks that
+    O(size) bytes fit. It changes nothing, except that it removes whatever is not a plain
+    root-owned file at the temporary names C(<dest>.part) and C(<dest>.sha256.tmp) (a link, a
+    FIFO, a hard link), so that a following copy to C(<dest>.part) cannot be misled.
+  - With O(state=directory) O(dest) is a directory, created or taken over (below).
+  - "Ownership: files and directories are root:root, files C(0644) (C(0600) while temporary),
+    directories C(0755); the service only reads them. Root never opens, writes, chowns or chmods
+    anything by a path another account could change: the directory chain is opened from C(/) one
+    descriptor at a time without following links; a link is followed only when root owns it, a
+    link another account owns is refused. Every directory above O(base) must be owned by root and
+    not writable by group or others (sticky directories such as C(/tmp) excepted)."
+  - "Migration: O(base) and the directories below it that are owned by O(takeover_owner) (the
+    service account, which owned them in earlier versions of the role) are taken over through
+    their descriptor (fchown root:root, fchmod 0755) before any entry in them is looked at. A file
+    of O(takeover_owner) at O(dest) is re-hashed, then given to root; a partial download of it is
+    given to root and resumed. A link, FIFO or hard-linked file at O(dest) is refused."
+  - Must run as root.
 options:
-  dest: {type: path, required: true, description: Final path of the file.}
-  sha256: {type: str, required: true, description: Expected sha256 (64 hex digits).}
-  url: {type: str, description: Where to download from (http, https, file).}
-  headers: {type: dict, description: Extra HTTP headers (e.g. Authorization). Not logged.}
-  timeout: {type: int, default: 60, description: Socket timeout in seconds.}
-  validate_certs: {type: bool, default: true, description: Verify TLS certificates.}
-  size: {type: int, description: Expected size in bytes, for the free space check when the server does not say.}
-  min_free_mb: {type: int, default: 1024, description: MiB that must stay free after the file is in place.}
-  check_magic: {type: bool, default: true, description: Require the C(GGUF) magic at the start of the file.}
-  verify_existing: {type: bool, default: false, description: Re-hash a file that is already in place.}
-  state: {type: str, default: present, choices: [present, probe], description: V(probe) only reports.}
-extends_documentation_fragment: [files]
+  dest:
+    description: Final path of the file; with O(state=directory) the directory.
+    type: path
+    required: true
+  sha256:
+    description: Expected sha256 (64 hex digits). Required unless O(state=directory).
+    type: str
+  url:
+    description: Where to download from (http, https, file).
+    type: str
+  headers:
+    description: Extra HTTP headers (e.g. Authorization). Not logged.
+    type: dict
+  timeout:
+    description: Socket timeout in seconds.
+    type: int
+    default: 60
+  validate_certs:
+    description: Verify TLS certificates.
+    type: bool
+    default: true
+  size:
+    description: Expected size in bytes, for the free space check when the server does not say.
+    type: int
+  min_free_mb:
+    description: MiB that must stay free after the file is in place.
+    type: int
+    default: 1024
+  check_magic:
+    description: Require the C(GGUF) magic at the start of the file.
+    type: bool
+    default: true
+  verify_existing:
+    description: Re-hash a file that is already in place.
+    type: bool
+    default: false
+  state:
+    description: V(present) places the file, V(probe) only reports, V(directory) creates (or takes
+      over) the directory O(dest).
+    type: str
+    default: present
+    choices: [present, probe, directory]
+  base:
+    description: The models directory. It and the directories below it are created when missing
+      and taken over from O(takeover_owner); the directories above it must already be root's.
+      Default the directory of O(dest) (O(dest) itself with O(state=directory)).
+    type: path
+  takeover_owner:
+    description: Account (name or uid) whose directories and files below O(base) are taken over by
+      root. Empty, root or an unknown account; nothing is taken over and any other owner is refused.
+    type: str
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+author: llamafleet
+"""
+
+EXAMPLES = r"""
+- name: Create the models directory (take it over from llama if an older version gave it away)
+  gguf_fetch:
+    state: directory
+    dest: /srv/models
+    takeover_owner: llama
+
+- name: Download a model
+  gguf_fetch:
+    url: https://example.org/tiny.gguf
+    dest: /srv/models/tiny/tiny.gguf
+    sha256: 07a5e2f0c1d3b4a59687e8f90a1b2c3d4e5f60718293a4b5c6d7e8f901a2b3c4
+    base: /srv/models
+    takeover_owner: llama
 """
 
 RETURN = r"""
-valid: {description: O(dest) holds the expected content (before any change this run for probe).}
-size: {description: Size of O(dest) in bytes.}
-resumed_from: {description: Bytes of a partial download that were kept.}
+dest:
+  description: O(dest) as given (normalised).
+  returned: always
+  type: str
+path:
+  description: The directory's resolved path (root-owned links followed).
+  returned: with O(state=directory)
+  type: str
+valid:
+  description: O(dest) holds the expected content (for O(state=probe) before any change this run).
+  returned: unless O(state=directory)
+  type: bool
+size:
+  description: Size of O(dest) in bytes.
+  returned: when O(dest) is valid
+  type: int
+sha256:
+  description: The verified checksum of a file placed this run.
+  returned: when a file was placed
+  type: str
+resumed_from:
+  description: Bytes of a partial download that were kept.
+  returned: unless O(state=directory)
+  type: int
+actions:
+  description: What was (in check mode, would be) done, one line each (a directory created or
+    taken over, a planted link removed, a file given to root).
+  returned: always
+  type: list
+  elements: str
+head_error:
+  description: Why the HEAD request failed (the size then comes from the GET answer).
+  returned: when a HEAD request failed
+  type: str
 """
 
 import hashlib
 import os
+import stat
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gguf_models_safefs import (
+    FILE_MODE,
+    HEX64,
+    TEMP_MODE,
+    UnsafePathError,
+    check_name,
+    create_exclusive,
+    describe,
+    entry_problem,
+    is_clean,
+    join,
+    lstat_entry,
+    open_regular,
+    read_fd,
+    remove_unsafe_temp,
+    replace_file,
+    resolve_uid,
+    walk_dir,
+    write_all,
+)
 from ansible.module_utils.urls import open_url
 
 CHUNK = 4 * 1024 * 1024
 
 
-def sha256_of(path):
+class FetchError(Exception):
+    def __init__(self, msg, result=None):
+        super().__init__(msg)
+        self.result = dict(result or {})
+
+
+def sha256_fd(fd):
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(CHUNK), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def sidecar(dest):
-    return dest + ".sha256"
-
-
-def recorded_sha(dest):
-    try:
-        with open(sidecar(dest)) as f:
-            return f.read().split()[0].lower()
-    except (OSError, IndexError):
-        return None
-
-
-def write_sidecar(dest, digest):
-    tmp = sidecar(dest) + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(f"{digest}  {os.path.basename(dest)}\n")
-    os.rename(tmp, sidecar(dest))
-
-
-def free_bytes(path):
-    while not os.path.isdir(path) and path not in ("", "/"):
-        path = os.path.dirname(path)  # check mode: the directory may not exist yet
-    st = os.statvfs(path or "/")
-    return st.f_bavail * st.f_frsize
+    os.lseek(fd, 0, os.SEEK_SET)
+    while True:
+        block = os.read(fd, CHUNK)
+        if not block:
+            return h.hexdigest()
+        h.update(block)
 
 
 def human(n):
@@ -90,155 +203,346 @@ def human(n):
     return str(n)
 
 
+def read_sidecar(dfd, dpath, name, owners):
+    """(checksum it names or None, whether it is a clean root-owned file). A sidecar that is not
+    a plain file of an expected owner is not read (it gets replaced)."""
+    lst = lstat_entry(dfd, name)
+    if lst is None or entry_problem(lst, owners) is not None:
+        return None, False
+    opened = open_regular(dfd, dpath, name, owners=owners)
+    if opened is None:
+        return None, False
+    fd, st = opened
+    try:
+        words = read_fd(fd, 4096).decode("utf-8", "replace").split()
+    finally:
+        os.close(fd)
+    rec = words[0].lower() if words else None
+    return (rec if rec and HEX64.match(rec) else None), is_clean(st)
+
+
+def sidecar_bytes(digest, name):
+    return f"{digest}  {name}\n".encode()
+
+
+def _diff(changes, header):
+    return {
+        "before_header": header,
+        "after_header": header,
+        "before": "".join(f"{path}: {before}\n" for path, before, _ in changes),
+        "after": "".join(f"{path}: {after}\n" for path, _, after in changes),
+    }
+
+
+def ensure_directory(dest, base, takeover_uid, check_mode):
+    with walk_dir(
+        dest, base or dest, takeover_uid=takeover_uid, modify=not check_mode, create=True
+    ) as w:
+        result = {
+            "changed": bool(w.changes),
+            "dest": dest,
+            "path": w.path if w.exists else dest,
+            "actions": [f"{p}: {b} -> {a}" for p, b, a in w.changes],
+        }
+        if w.changes:
+            result["diff"] = _diff(w.changes, dest)
+        return result
+
+
+def fetch(p, check_mode=False):
+    """The module's work, without AnsibleModule: `p` holds the options (missing ones take their
+    defaults). Returns the result dict; raises FetchError or UnsafePathError."""
+    p = {**DEFAULTS, **p}
+    dest = os.path.normpath(p["dest"])
+    if not os.path.isabs(dest):
+        raise FetchError(f"dest must be an absolute path, not {p['dest']!r}")
+    takeover_uid = resolve_uid(p["takeover_owner"])
+    if p["state"] == "directory":
+        return ensure_directory(dest, p["base"], takeover_uid, check_mode)
+    want = (p["sha256"] or "").strip().lower()
+    if not HEX64.match(want):
+        raise FetchError(f"sha256 for {dest} must be 64 hex digits, got {p['sha256']!r}")
+    ddir, name = os.path.split(dest)
+    check_name(name)
+    probe = p["state"] == "probe"
+    modify = not check_mode and not probe
+    owners = (0, takeover_uid)
+    result = {"changed": False, "dest": dest, "valid": False, "resumed_from": 0, "actions": []}
+    actions = result["actions"]
+    with walk_dir(
+        ddir, p["base"] or ddir, takeover_uid=takeover_uid, modify=modify, create=True
+    ) as w:
+        actions.extend(f"{path}: {b} -> {a}" for path, b, a in w.changes)
+        result["changed"] = bool(w.changes) and not probe
+        dfd, dpath = w.fd, w.path
+        # a directory that is not (yet) root's in check mode or for a probe: look, never touch
+        settled = w.exists and not w.changes
+        reserve = p["min_free_mb"] * 1024 * 1024
+
+        def check_space(total, have=0):
+            if total is None:
+                return
+            need = max(total - have, 0) + reserve
+            st = os.fstatvfs(dfd)
+            avail = st.f_bavail * st.f_frsize
+            if avail < need:
+                raise FetchError(
+                    f"Not enough free space in {dpath} for {name}: {human(need)} needed "
+                    f"({human(max(total - have, 0))} to download + {human(reserve)} reserve), "
+                    f"{human(avail)} free.",
+                    result,
+                )
+
+        if not w.exists:  # check mode or probe: the directory is not there yet
+            check_space(p["size"])
+            result["changed"] = not probe
+            result["diff"] = _diff([*w.changes, (dest, "absent", f"sha256 {want}")], dest)
+            return result
+
+        # 1. Already in place?
+        valid, before, fixes = _in_place(
+            dfd,
+            dpath,
+            name,
+            want,
+            verify_existing=p["verify_existing"],
+            owners=owners,
+            modify=modify,
+            result=result,
+        )
+        if valid:
+            actions.extend(f"{path}: {b} -> {a}" for path, b, a in fixes)
+            if fixes and not probe:
+                result["changed"] = True
+            if result["changed"]:
+                result["diff"] = _diff(w.changes + fixes, dest)
+            return result
+
+        part = name + ".part"
+        lst = lstat_entry(dfd, part)
+        have = lst.st_size if lst is not None and entry_problem(lst, owners) is None else 0
+
+        if probe:
+            if not check_mode and settled:
+                for tname in (part, name + ".sha256.tmp"):
+                    gone = remove_unsafe_temp(dfd, dpath, tname, owners)
+                    if gone:
+                        actions.append(gone)
+                        result["changed"] = True
+            check_space(p["size"], have)
+            return result
+
+        result["changed"] = True
+        result["diff"] = _diff(
+            [*w.changes, (dest, before, f"sha256 {want} root:root {FILE_MODE:04o}")], dest
+        )
+        if check_mode:
+            return result
+
+        # 2. Download (resuming) into <dest>.part, a root-owned regular file with one link
+        for tname in (part, name + ".sha256.tmp"):
+            gone = remove_unsafe_temp(dfd, dpath, tname, owners)
+            if gone:
+                actions.append(gone)
+        pfd = None
+        have = 0
+        opened = open_regular(dfd, dpath, part, os.O_RDWR, owners)
+        if opened is not None:
+            pfd, pst = opened
+            if not is_clean(pst, TEMP_MODE):
+                os.fchown(pfd, 0, 0)
+                os.fchmod(pfd, TEMP_MODE)
+                actions.append(f"{join(dpath, part)}: {describe(pst)} -> root:root 0600")
+            have = pst.st_size
+        try:
+            if p["url"]:
+                pfd, have = _download(
+                    p, dfd, part, pfd, have, check_space=check_space, result=result
+                )
+            elif pfd is None:
+                raise FetchError(
+                    f"Neither url nor a copied {join(dpath, part)} to finalize", result
+                )
+            if pfd is None:  # an empty download
+                pfd = create_exclusive(dfd, part, TEMP_MODE)
+
+            # 3. Verify, then rename
+            got = sha256_fd(pfd)
+            if got != want:
+                os.unlink(part, dir_fd=dfd)
+                raise FetchError(
+                    f"sha256 mismatch for {name}: expected {want}, got {got}. The download was "
+                    f"deleted; nothing was written to {dest}.",
+                    result,
+                )
+            if p["check_magic"]:
+                magic = os.pread(pfd, 4, 0)
+                if magic != b"GGUF":
+                    os.unlink(part, dir_fd=dfd)
+                    raise FetchError(
+                        f"{name} is not a GGUF file (magic {magic!r}); nothing was written to "
+                        f"{dest}.",
+                        result,
+                    )
+            os.fsync(pfd)
+            os.fchmod(pfd, FILE_MODE)
+            size = os.fstat(pfd).st_size
+        finally:
+            if pfd is not None:
+                os.close(pfd)
+        side = name + ".sha256"
+        slst = lstat_entry(dfd, side)
+        if slst is not None:
+            if stat.S_ISDIR(slst.st_mode):
+                raise UnsafePathError(f"{join(dpath, side)} is a directory. Fix: remove it.")
+            os.unlink(side, dir_fd=dfd)
+        os.rename(part, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        replace_file(dfd, dpath, side, sidecar_bytes(got, name))
+        result.update(valid=True, size=size, sha256=got)
+        return result
+
+
+def _in_place(dfd, dpath, name, want, *, verify_existing, owners, modify, result):
+    """Whether the final name holds the expected content. Returns (valid, what is there now for
+    the diff, [(path, before, after)] of the fixes to its ownership and sidecar, made with
+    `modify`). Sets `valid` and `size` in `result`."""
+    path = join(dpath, name)
+    try:
+        opened = open_regular(dfd, dpath, name, os.O_RDONLY, owners)
+    except UnsafePathError as e:
+        raise UnsafePathError(
+            f"{e}. This is the model's final name, which must be a regular file with one link "
+            f"owned by root; it is refused, not replaced. Fix: remove {path} (it may have been "
+            "planted) and rerun."
+        ) from e
+    if opened is None:
+        return False, "absent", []
+    fd, st = opened
+    try:
+        side = name + ".sha256"
+        rec, side_clean = read_sidecar(dfd, dpath, side, owners)
+        taken = st.st_uid != 0  # the old owner could have changed it: hash it once
+        if rec == want and not verify_existing and not taken:
+            got = want
+        elif rec is not None and rec != want and not verify_existing and not taken:
+            got = rec  # another version of the file: replace it
+        else:
+            got = sha256_fd(fd)
+        if got != want:
+            return False, f"sha256 {got} {describe(st)}", []
+        result["valid"] = True
+        result["size"] = st.st_size
+        fixes = []
+        if not is_clean(st):
+            fixes.append((path, describe(st), f"root:root {FILE_MODE:04o}"))
+            if modify:
+                os.fchown(fd, 0, 0)
+                os.fchmod(fd, FILE_MODE)
+        if rec != want or not side_clean:
+            fixes.append((join(dpath, side), "stale" if rec else "absent", f"sha256 {want}"))
+            if modify:
+                replace_file(dfd, dpath, side, sidecar_bytes(want, name))
+        return True, describe(st), fixes
+    finally:
+        os.close(fd)
+
+
+def _download(p, dfd, part, pfd, have, *, check_space, result):
+    headers = dict(p["headers"] or {})
+    total = p["size"]
+    try:
+        head = open_url(
+            p["url"],
+            method="HEAD",
+            headers=headers,
+            timeout=p["timeout"],
+            validate_certs=p["validate_certs"],
+            follow_redirects="all",
+        )
+        length = head.headers.get("Content-Length")
+        if length and length.isdigit():
+            total = int(length)
+    except Exception as e:  # some servers refuse HEAD; the size then comes from GET
+        result["head_error"] = str(e)
+    if total is not None and have > total:
+        os.ftruncate(pfd, 0)
+        have = 0
+    check_space(total, have)
+    if total is not None and have >= total:
+        return pfd, have
+    if have:
+        headers["Range"] = f"bytes={have}-"
+    try:
+        resp = open_url(
+            p["url"],
+            headers=headers,
+            timeout=p["timeout"],
+            validate_certs=p["validate_certs"],
+            follow_redirects="all",
+        )
+    except Exception as e:  # reported to the user
+        if getattr(e, "code", None) == 416 and have:
+            return pfd, have  # the partial file is already complete
+        raise FetchError("Download of {} failed: {}".format(p["url"], e), result) from e
+    status = getattr(resp, "status", None) or resp.getcode()
+    if have and status != 206:
+        have = 0  # the server ignored the range: start over
+    else:
+        result["resumed_from"] = have
+    if total is None:
+        length = resp.headers.get("Content-Length")
+        if length and length.isdigit():
+            check_space(int(length) + have, have)
+    if pfd is None:
+        pfd = create_exclusive(dfd, part, TEMP_MODE)
+    os.ftruncate(pfd, have)
+    os.lseek(pfd, have, os.SEEK_SET)
+    while True:
+        block = resp.read(CHUNK)
+        if not block:
+            break
+        write_all(pfd, block)
+    return pfd, os.fstat(pfd).st_size
+
+
+ARGUMENT_SPEC = {
+    "dest": {"type": "path", "required": True},
+    "sha256": {"type": "str"},
+    "url": {"type": "str"},
+    "headers": {"type": "dict", "no_log": True},
+    "timeout": {"type": "int", "default": 60},
+    "validate_certs": {"type": "bool", "default": True},
+    "size": {"type": "int"},
+    "min_free_mb": {"type": "int", "default": 1024},
+    "check_magic": {"type": "bool", "default": True},
+    "verify_existing": {"type": "bool", "default": False},
+    "state": {"type": "str", "default": "present", "choices": ["present", "probe", "directory"]},
+    "base": {"type": "path"},
+    "takeover_owner": {"type": "str"},
+}
+DEFAULTS = {k: v.get("default") for k, v in ARGUMENT_SPEC.items()}
+
+
 def main():
     module = AnsibleModule(
-        argument_spec={
-            "dest": {"type": "path", "required": True},
-            "sha256": {"type": "str", "required": True},
-            "url": {"type": "str"},
-            "headers": {"type": "dict", "no_log": True},
-            "timeout": {"type": "int", "default": 60},
-            "validate_certs": {"type": "bool", "default": True},
-            "size": {"type": "int"},
-            "min_free_mb": {"type": "int", "default": 1024},
-            "check_magic": {"type": "bool", "default": True},
-            "verify_existing": {"type": "bool", "default": False},
-            "state": {"type": "str", "default": "present", "choices": ["present", "probe"]},
-        },
-        add_file_common_args=True,
+        argument_spec=ARGUMENT_SPEC,
+        required_if=[("state", "present", ("sha256",)), ("state", "probe", ("sha256",))],
         supports_check_mode=True,
     )
     p = module.params
-    dest = p["dest"]
-    part = dest + ".part"
-    want = p["sha256"].strip().lower()
-    if len(want) != 64 or any(c not in "0123456789abcdef" for c in want):
-        module.fail_json(msg="sha256 for {} must be 64 hex digits, got {!r}".format(dest, p["sha256"]))
-    if p["url"]:
+    if p["url"] and "@" in p["url"]:
         # never echo credentials embedded in a URL
-        module.no_log_values.update(v for v in [p["url"].split("@", 1)[0]] if "@" in p["url"])
-    result = {"changed": False, "dest": dest, "valid": False, "resumed_from": 0}
-
-    # 1. Already in place?
-    if os.path.isfile(dest):
-        rec = recorded_sha(dest)
-        if rec == want and not p["verify_existing"]:
-            result["valid"] = True
-        elif rec is None or p["verify_existing"] or rec != want:
-            if rec is not None and rec != want and not p["verify_existing"]:
-                got = rec  # another version of the file: replace it
-            else:
-                got = sha256_of(dest)
-            if got == want:
-                result["valid"] = True
-                if rec != want and not module.check_mode and p["state"] == "present":
-                    write_sidecar(dest, got)
-                    result["changed"] = True
-    if result["valid"]:
-        result["size"] = os.path.getsize(dest)
-        if p["state"] == "present":
-            for path in (dest, sidecar(dest)):
-                if os.path.exists(path):
-                    fargs = module.load_file_common_arguments(p, path=path)
-                    if path != dest:
-                        fargs["mode"] = "0644" if fargs.get("mode") is None else fargs["mode"]
-                    result["changed"] = module.set_fs_attributes_if_different(fargs, result["changed"])
-        module.exit_json(**result)
-
-    directory = os.path.dirname(dest) or "."
-    have = os.path.getsize(part) if os.path.isfile(part) else 0
-    reserve = p["min_free_mb"] * 1024 * 1024
-
-    def check_space(total):
-        if total is None:
-            return
-        need = max(total - have, 0) + reserve
-        avail = free_bytes(directory)
-        if avail < need:
-            module.fail_json(
-                msg=f"Not enough free space in {directory} for {os.path.basename(dest)}: {human(need)} needed ({human(max(total - have, 0))} to download + {human(reserve)} reserve), {human(avail)} free.", **result)
-
-    if p["state"] == "probe":
-        check_space(p["size"])
-        module.exit_json(**result)
-
-    result["changed"] = True
-    if module.check_mode:
-        module.exit_json(**result)
-
-    # 2. Download (resuming) into <dest>.part
-    if p["url"]:
-        headers = dict(p["headers"] or {})
-        total = p["size"]
-        try:
-            head = open_url(p["url"], method="HEAD", headers=headers, timeout=p["timeout"],
-                            validate_certs=p["validate_certs"], follow_redirects="all")
-            length = head.headers.get("Content-Length")
-            if length and length.isdigit():
-                total = int(length)
-        except Exception as e:  # noqa: BLE001 - some servers refuse HEAD; the size then comes from GET
-            result["head_error"] = str(e)
-        if total is not None and have > total:
-            os.unlink(part)
-            have = 0
-        check_space(total)
-        if total is None or have < total:
-            if have:
-                headers["Range"] = f"bytes={have}-"
-            try:
-                resp = open_url(p["url"], headers=headers, timeout=p["timeout"],
-                                validate_certs=p["validate_certs"], follow_redirects="all")
-            except Exception as e:  # noqa: BLE001 - reported to the user
-                code = getattr(e, "code", None)
-                if code == 416 and have:
-                    resp = None  # the partial file is already complete
-                else:
-                    module.fail_json(msg="Download of {} failed: {}".format(p["url"], e), **result)
-            if resp is not None:
-                status = getattr(resp, "status", None) or resp.getcode()
-                if have and status != 206:
-                    have = 0  # the server ignored the range: start over
-                else:
-                    result["resumed_from"] = have
-                if total is None:
-                    length = resp.headers.get("Content-Length")
-                    if length and length.isdigit():
-                        check_space(int(length) + have)
-                with open(part, "ab" if have else "wb") as out:
-                    os.chmod(part, 0o600)
-                    while True:
-                        block = resp.read(CHUNK)
-                        if not block:
-                            break
-                        out.write(block)
-    elif not os.path.isfile(part):
-        module.fail_json(msg=f"Neither url nor a copied {part} to finalize", **result)
-
-    # 3. Verify, then rename
-    got = sha256_of(part)
-    if got != want:
-        os.unlink(part)
-        module.fail_json(
-            msg=f"sha256 mismatch for {os.path.basename(dest)}: expected {want}, got {got}. The download was deleted; nothing was "
-                f"written to {dest}.", **result)
-    if p["check_magic"]:
-        with open(part, "rb") as f:
-            magic = f.read(4)
-        if magic != b"GGUF":
-            os.unlink(part)
-            module.fail_json(msg=f"{os.path.basename(dest)} is not a GGUF file (magic {magic!r}); nothing was written to {dest}.", **result)
-    if os.path.exists(dest):
-        os.unlink(dest)
-    if os.path.exists(sidecar(dest)):
-        os.unlink(sidecar(dest))
-    os.rename(part, dest)
-    write_sidecar(dest, got)
-    for path in (dest, sidecar(dest)):
-        fargs = module.load_file_common_arguments(p, path=path)
-        if fargs.get("mode") is None:
-            fargs["mode"] = "0644"
-        module.set_fs_attributes_if_different(fargs, True)
-    result.update(valid=True, size=os.path.getsize(dest), sha256=got)
+        module.no_log_values.add(p["url"].split("@", 1)[0])
+    if os.geteuid() != 0:
+        module.fail_json(msg="gguf_fetch must run as root (become: true): the files are root's")
+    try:
+        result = fetch(p, module.check_mode)
+    except FetchError as e:
+        module.fail_json(msg=str(e), **e.result)
+    except UnsafePathError as e:
+        module.fail_json(msg=f"Refused: {e}", dest=p["dest"])
+    except OSError as e:
+        module.fail_json(msg=f"{p['dest']}: {e}", dest=p["dest"])
     module.exit_json(**result)
 
 

@@ -4,22 +4,98 @@
 
 from __future__ import annotations
 
+# ruff: noqa: E402 - Ansible modules import after their DOCUMENTATION
+
 DOCUMENTATION = r"""
 ---
 module: gguf_metadata
-short_description: Read the metadata of a GGUF model
+short_description: Read the metadata of a GGUF model and save it as metadata.json
 description:
   - Reads the header of the first file of a model (magic, version, key/value metadata) and sums the
-    sizes of all its files (split models). Tensor data is not read. Never changes anything.
+    sizes of all its files (split models). Tensor data is not read.
   - Returns the architecture, training context length, layer/head/expert counts and every scalar
     metadata value (arrays such as the vocabulary are summarised by their length).
+  - With O(save), writes the document (plus O(model), O(sha256) and O(mmproj)) as JSON, root:root
+    C(0644), through a fresh temporary file (O_EXCL) renamed over the old one with directory
+    descriptors; an unchanged document is not rewritten.
+  - Every document is validated before it is written or returned, and so is a saved one that is
+    read back; C(sha256) must hold 64 lower-case hex digits, names and paths must not contain
+    control characters or newlines (a bad value fails naming the file and the field). A saved file
+    with a bad field is replaced (with a warning naming them).
+  - Files are opened like M(gguf_fetch) opens them (directory descriptors from C(/), no link another
+    account owns, O_NOFOLLOW|O_NONBLOCK, one hard link), see there for O(base) and
+    O(takeover_owner).
+  - Must run as root.
 options:
-  path: {type: path, required: true, description: First (or only) file of the model.}
-  parts: {type: list, elements: path, default: [], description: All files of a split model (for the size).}
+  path:
+    description: First (or only) file of the model.
+    type: path
+    required: true
+  parts:
+    description: All files of a split model (for the size and the tensors).
+    type: list
+    elements: path
+    default: []
+  metadata:
+    description: Use this document (e.g. the output of an inspect command) instead of reading the
+      header. Empty; read the header.
+    type: dict
+  save:
+    description: Write the document as JSON to this file (C(metadata.json) beside the model).
+    type: path
+  model:
+    description: The model's name, saved and returned as C(model).
+    type: str
+  sha256:
+    description: The checksums of the model's files, saved and returned as C(sha256).
+    type: list
+    elements: str
+    default: []
+  mmproj:
+    description: Path of the model's multimodal projector, saved and returned as C(mmproj).
+    type: path
+  base:
+    description: The models directory (see M(gguf_fetch)). Default the directory of O(path).
+    type: path
+  takeover_owner:
+    description: Account whose directories and files below O(base) are taken over by root (see
+      M(gguf_fetch)).
+    type: str
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+author: llamafleet
+"""
+
+EXAMPLES = r"""
+- name: Describe a model and save metadata.json beside it
+  gguf_metadata:
+    path: /srv/models/tiny/tiny.gguf
+    save: /srv/models/tiny/metadata.json
+    model: tiny
+    sha256: [07a5e2f0c1d3b4a59687e8f90a1b2c3d4e5f60718293a4b5c6d7e8f901a2b3c4]
+    base: /srv/models
+  register: tiny
 """
 
 RETURN = r"""
-metadata: {description: Summary (architecture, context_length, size_bytes, ...), C(kv) with all scalar values and C(tensors) (name, type, shape).}
+metadata:
+  description: The validated document (as saved) plus C(dir) and C(path); the value of the role's
+    fact C(gguf_models_metadata[<name>]). Keys, from the header, C(architecture), C(name),
+    C(context_length), C(block_count), C(embedding_length), C(head_count), C(head_count_kv),
+    C(key_length), C(value_length), C(expert_count), C(expert_used_count), C(file_type),
+    C(split_count), C(vocab_size), C(chat_template_sha256), C(size_bytes), C(gguf_version),
+    C(tensor_count), C(files), C(kv) (all scalar values) and C(tensors) (name, type, shape); and
+    C(model), C(sha256) (a list), C(mmproj), C(dir), C(path). Only the last five in check mode when
+    the model is not there yet.
+  returned: always
+  type: dict
+saved:
+  description: Whether metadata.json was (in check mode, would be) written.
+  returned: always
+  type: bool
 """
 
 import hashlib
@@ -27,6 +103,19 @@ import os
 import struct
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gguf_models_safefs import (
+    InvalidMetadataError,
+    UnsafePathError,
+    check_name,
+    dump_metadata,
+    is_clean,
+    load_metadata_fd,
+    open_regular,
+    replace_file,
+    resolve_uid,
+    validate_metadata,
+    walk_dir,
+)
 
 MAX_NUMERIC = 4096
 # ggml_type numbers (ggml.h) -> names, as `llamafleet inspect` writes them
@@ -37,7 +126,10 @@ GGML_TYPES = {
     24: "I8", 25: "I16", 26: "I32", 27: "I64", 28: "F64", 29: "IQ1_M", 30: "BF16", 34: "TQ1_0",
     35: "TQ2_0", 39: "MXFP4",
 }
-SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+SCALAR = {
+    0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q",
+    12: "<d",
+}
 STRING, ARRAY = 8, 9
 
 
@@ -76,55 +168,68 @@ class Reader:
 
 
 def read_header(path):
+    """Read a header by path (for tools and tests on files of their own; the module itself reads
+    through `parse_header` on a file opened by `open_model_file`)."""
     with open(path, "rb") as f:
-        if f.read(4) != b"GGUF":
-            raise ValueError(f"{path} is not a GGUF file (bad magic)")
-        r = Reader(f)
-        version = r.unpack("<I")
-        if version < 2:
-            raise ValueError(f"GGUF version {version} is not supported")
-        tensor_count = r.unpack("<Q")
-        kv_count = r.unpack("<Q")
-        kv = {}
-        for _ in range(kv_count):
-            key = r.string()
-            kv[key] = r.value(r.unpack("<I"))
-        tensors = []
-        for _ in range(tensor_count):
-            name = r.string()
-            n_dims = r.unpack("<I")
-            shape = [r.unpack("<Q") for _ in range(n_dims)]
-            ttype = r.unpack("<I")
-            r.unpack("<Q")  # offset of the data
-            tensors.append({"name": name, "type": GGML_TYPES.get(ttype, str(ttype)), "shape": shape})
+        return parse_header(f, path)
+
+
+def parse_header(f, path):
+    if f.read(4) != b"GGUF":
+        raise ValueError(f"{path} is not a GGUF file (bad magic)")
+    r = Reader(f)
+    version = r.unpack("<I")
+    if version < 2:
+        raise ValueError(f"GGUF version {version} is not supported")
+    tensor_count = r.unpack("<Q")
+    kv_count = r.unpack("<Q")
+    kv = {}
+    for _ in range(kv_count):
+        key = r.string()
+        kv[key] = r.value(r.unpack("<I"))
+    tensors = []
+    for _ in range(tensor_count):
+        name = r.string()
+        n_dims = r.unpack("<I")
+        shape = [r.unpack("<Q") for _ in range(n_dims)]
+        ttype = r.unpack("<I")
+        r.unpack("<Q")  # offset of the data
+        tensors.append({"name": name, "type": GGML_TYPES.get(ttype, str(ttype)), "shape": shape})
     return version, tensor_count, kv, tensors
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec={"path": {"type": "path", "required": True}, "parts": {"type": "list", "elements": "path", "default": []}},
-        supports_check_mode=True,
-    )
-    path = module.params["path"]
-    files = module.params["parts"] or [path]
-    if module.check_mode and not os.path.exists(path):
-        module.exit_json(changed=False, metadata={}, msg=f"{path} is not there yet (check mode)")
-    try:
-        version, tensor_count, kv, tensors = read_header(path)
-        for part in files[1:]:  # the tensors of a split model's other files
-            tensors += read_header(part)[3]
-    except (OSError, ValueError) as e:
-        module.fail_json(msg=str(e))
+def open_model_file(path, base, takeover_uid, modify):
+    """(fd, stat) of a model file, opened through directory descriptors (see gguf_fetch), or None
+    when it (or its directory) is not there."""
+    dpath, name = os.path.split(path)
+    with walk_dir(
+        dpath, base or dpath, takeover_uid=takeover_uid, modify=modify, create=False
+    ) as w:
+        if not w.exists:
+            return None
+        return open_regular(w.fd, w.path, name, os.O_RDONLY, owners=(0, takeover_uid))
+
+
+class MetadataError(Exception):
+    pass
+
+
+def summarize(files, headers, sizes):
+    """The metadata document of a model from its files' headers."""
+    path = files[0]
+    version, tensor_count, kv, tensors = headers[0]
+    for extra in headers[1:]:  # the tensors of a split model's other files
+        tensors = tensors + extra[3]
     arch = kv.get("general.architecture")
 
     def a(key):
         return kv.get(f"{arch}.{key}")
 
     template = kv.pop("tokenizer.chat_template", None)
-    meta = {
+    return {
         "path": path,
         "files": files,
-        "size_bytes": sum(os.path.getsize(p) for p in files if os.path.exists(p)),
+        "size_bytes": sum(sizes),
         "gguf_version": version,
         "tensor_count": tensor_count,
         "architecture": arch,
@@ -141,14 +246,142 @@ def main():
         "expert_used_count": a("expert_used_count"),
         "split_count": kv.get("split.count", 1),
         "vocab_size": (kv.get("tokenizer.ggml.tokens") or {}).get("array_length")
-        if isinstance(kv.get("tokenizer.ggml.tokens"), dict) else None,
+        if isinstance(kv.get("tokenizer.ggml.tokens"), dict)
+        else None,
         "chat_template_sha256": hashlib.sha256(template.encode()).hexdigest() if template else None,
         "kv": kv,
         # name, type and shape of every tensor (the sizes follow from them): what the planner
         # (`llamafleet plan`, rule LS016) needs besides the key/values
         "tensors": tensors,
     }
-    module.exit_json(changed=False, metadata=meta)
+
+
+def read_model(files, base, takeover_uid, modify):
+    """The document of a model's files, or None when the first is not there (check mode)."""
+    headers, sizes = [], []
+    for i, path in enumerate(files):
+        opened = open_model_file(path, base, takeover_uid, modify)
+        if opened is None:
+            if i == 0 and not modify:
+                return None
+            raise MetadataError(f"{path} is not there")
+        fd, st = opened
+        try:
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                headers.append(parse_header(f, path))
+        finally:
+            os.close(fd)
+        sizes.append(st.st_size)
+    return summarize(files, headers, sizes)
+
+
+def _diff(path, before, after):
+    return {"before_header": path, "after_header": path, "before": before, "after": after}
+
+
+def save_document(save, doc, base, takeover_uid, modify):
+    """Write metadata.json unless it holds `doc` already (root:root 0644, one link). Returns
+    (changed, diff). A saved file that is a link, a FIFO, hard-linked, another account's or has a
+    bad field is refused: it was not written by this role."""
+    dpath, name = os.path.split(save)
+    check_name(name)
+    owners = (0, takeover_uid)
+    new = dump_metadata(doc)
+    with walk_dir(
+        dpath, base or dpath, takeover_uid=takeover_uid, modify=modify, create=False
+    ) as w:
+        if not w.exists:
+            return True, _diff(save, "", new.decode())
+        old, clean = b"", False
+        try:
+            opened = open_regular(w.fd, w.path, name, os.O_RDONLY, owners)
+        except UnsafePathError as e:
+            raise UnsafePathError(
+                f"{e}. The saved metadata was not written by this role (the service account could "
+                f"write there before). Fix: look at it, remove {save} and rerun."
+            ) from e
+        if opened is not None:
+            fd, st = opened
+            try:
+                load_metadata_fd(fd, save)  # refuses a bad field, naming the file and the field
+                os.lseek(fd, 0, os.SEEK_SET)
+                old = os.read(fd, len(new) + 1) if st.st_size == len(new) else b"?"
+            finally:
+                os.close(fd)
+            clean = is_clean(st)
+        if old == new and clean:
+            return False, None
+        if modify:
+            replace_file(w.fd, w.path, name, new)
+        before = old.decode("utf-8", "replace") if old != b"?" else "(another document)\n"
+        return True, _diff(save, before, new.decode())
+
+
+ARGUMENT_SPEC = {
+    "path": {"type": "path", "required": True},
+    "parts": {"type": "list", "elements": "path", "default": []},
+    "metadata": {"type": "dict"},
+    "save": {"type": "path"},
+    "model": {"type": "str"},
+    "sha256": {"type": "list", "elements": "str", "default": []},
+    "mmproj": {"type": "path"},
+    "base": {"type": "path"},
+    "takeover_owner": {"type": "str"},
+}
+DEFAULTS = {k: v.get("default") for k, v in ARGUMENT_SPEC.items()}
+
+
+def describe_model(p, check_mode=False):
+    """The module's work, without AnsibleModule. Returns the result; raises MetadataError,
+    InvalidMetadataError, UnsafePathError or ValueError (a damaged header)."""
+    p = {**DEFAULTS, **p}
+    modify = not check_mode
+    path = os.path.normpath(p["path"])
+    files = [os.path.normpath(f) for f in (p["parts"] or [path])]
+    if not all(os.path.isabs(f) for f in [path, *files]):
+        raise MetadataError("path and parts must be absolute paths")
+    takeover_uid = resolve_uid(p["takeover_owner"])
+    fields = {"mmproj": p["mmproj"]}
+    if p["model"] is not None:
+        fields["model"] = p["model"]
+    if p["sha256"]:
+        fields["sha256"] = [s.strip().lower() for s in p["sha256"]]
+    if p["metadata"]:
+        meta = dict(p["metadata"])
+        source = f"the metadata given for {path} (gguf_models_inspect_command)"
+    else:
+        meta = read_model(files, p["base"], takeover_uid, modify)
+        source = f"the metadata read from {path}"
+    result = {"changed": False, "saved": False}
+    if meta:
+        doc = validate_metadata({**meta, **fields}, source)
+        if p["save"]:
+            changed, diff = save_document(
+                os.path.normpath(p["save"]), doc, p["base"], takeover_uid, modify
+            )
+            result.update(changed=changed, saved=changed)
+            if diff:
+                result["diff"] = diff
+    else:
+        doc = fields
+    facts = {**doc, "dir": os.path.dirname(path), "path": path, "mmproj": p["mmproj"]}
+    result["metadata"] = validate_metadata(facts, source)
+    if not meta:
+        result["msg"] = f"{path} is not there yet (check mode)"
+    return result
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    if os.geteuid() != 0:
+        module.fail_json(msg="gguf_metadata must run as root (become: true)")
+    try:
+        result = describe_model(module.params, module.check_mode)
+    except UnsafePathError as e:
+        module.fail_json(msg=f"Refused: {e}")
+    except (MetadataError, InvalidMetadataError, OSError, ValueError) as e:
+        module.fail_json(msg=str(e))
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

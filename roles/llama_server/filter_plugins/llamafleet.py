@@ -1,9 +1,15 @@
-"""Filters that render llama-server command lines with the llamafleet package (one renderer for
-the unit file and for the validator's preflight)."""
+"""Filters that render llama-server units with the llamafleet package (one renderer for the unit
+file and for the validator's preflight), and that refuse any value that could change the unit's
+structure: a newline in a rendered value would start a new line (a `[Service]` section, an
+`ExecStartPre=+...` run as root), so every value the template renders goes through one of them."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Any
+
+from ansible.errors import AnsibleFilterError
 
 try:
     from llamafleet.argv import render_argv
@@ -13,13 +19,86 @@ else:
     _IMPORT_ERROR = None
 
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@")
+#: C0 controls (newline, carriage return, tab, NUL, ...), DEL, and what Python's splitlines()
+#: (the validator's line splitter) also takes for a line end.
+_CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _refuse_control(text: str, purpose: str) -> str:
+    m = _CONTROL.search(text)
+    if m:
+        raise AnsibleFilterError(
+            f"{purpose}: {text!r} contains the control character {m.group(0)!r}; a value "
+            "rendered into a systemd unit must not contain newlines or other control characters "
+            "(it would add lines to the unit)"
+        )
+    return text
+
+
+def unit_value(value: Any, purpose: str = "a value of the unit") -> str:
+    """A value rendered into a unit line (or a comment line) as it is: refused (the task fails)
+    when it holds a control character, or ends in a backslash (which would continue the line into
+    the next one)."""
+    text = _refuse_control(str(value), purpose)
+    if text.endswith("\\"):
+        raise AnsibleFilterError(
+            f"{purpose}: {text!r} ends in a backslash, which would join the next line of the unit "
+            "to this one"
+        )
+    return text
+
+
+def unit_line(line: Any, purpose: str = "llama_server_unit_extra") -> str:
+    """An extra line for the [Service] section: no control characters, no trailing backslash,
+    and no section header (a line starting with `[` would move the lines after it elsewhere)."""
+    if not isinstance(line, str):
+        raise AnsibleFilterError(
+            f"{purpose}: {line!r} is not a string; give unit lines such as 'Nice=5'"
+        )
+    text = unit_value(line, purpose)
+    if text.lstrip().startswith("["):
+        raise AnsibleFilterError(
+            f"{purpose}: {text!r} starts a section; extra lines belong to [Service] "
+            "(put other sections into a drop-in you own)"
+        )
+    return text
+
+
+def unit_environment(environment: Any, instance: str = "?") -> list[str]:
+    """`Environment=` values of an instance: one double-quoted "KEY=VALUE" per entry of a
+    mapping (backslash, double quote and % escaped for systemd)."""
+    purpose = f"instance {instance!r}: environment"
+    if not isinstance(environment, Mapping):
+        raise AnsibleFilterError(
+            f"{purpose} must be a mapping of variable names to values, e.g. "
+            "{LLAMA_ARG_THREADS: 8, CUDA_VISIBLE_DEVICES: '0'}; got "
+            f"{type(environment).__name__} {environment!r}"
+        )
+    out = []
+    for key, value in environment.items():
+        if not isinstance(key, str) or not _ENV_KEY.match(key):
+            raise AnsibleFilterError(
+                f"{purpose}: {key!r} is not a variable name (letters, digits and _, not starting "
+                "with a digit)"
+            )
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, (str, int, float)):
+            text = str(value)
+        else:
+            raise AnsibleFilterError(
+                f"{purpose}: the value of {key} must be a string or number, not "
+                f"{type(value).__name__} {value!r}"
+            )
+        pair = _refuse_control(f"{key}={text}", f"{purpose}: {key}")
+        out.append('"' + pair.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%") + '"')
+    return out
 
 
 def llamafleet_argv(instance: dict[str, Any]) -> list[str]:
     """Render an instance mapping (model, host, port, args, extra_args) to an argv list."""
     if _IMPORT_ERROR is not None:
-        from ansible.errors import AnsibleFilterError
-
         raise AnsibleFilterError(
             "the llamafleet Python package is not installed on the controller "
             "(pip install ./validator): " + str(_IMPORT_ERROR)
@@ -27,11 +106,14 @@ def llamafleet_argv(instance: dict[str, Any]) -> list[str]:
     return render_argv(instance)
 
 
-def systemd_quote(argv: list[str]) -> str:
-    """Quote words for an ExecStart= line: specifiers (%) and variables ($) are escaped."""
+def systemd_quote(argv: Any, purpose: str = "ExecStart=") -> str:
+    """Quote words for an ExecStart= line: specifiers (%) and variables ($) are escaped. A word
+    with a control character is refused (the task fails), and so is a string instead of a list."""
+    if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)):
+        raise AnsibleFilterError(f"{purpose}: expected a list of words, got {argv!r}")
     out = []
     for word in argv:
-        w = str(word).replace("%", "%%").replace("$", "$$")
+        w = _refuse_control(str(word), f"{purpose} word").replace("%", "%%").replace("$", "$$")
         if w and all(c in _SAFE for c in w):
             out.append(w)
         else:
@@ -41,4 +123,10 @@ def systemd_quote(argv: list[str]) -> str:
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"llamafleet_argv": llamafleet_argv, "llamafleet_systemd_quote": systemd_quote}
+        return {
+            "llamafleet_argv": llamafleet_argv,
+            "llamafleet_systemd_quote": systemd_quote,
+            "llamafleet_unit_value": unit_value,
+            "llamafleet_unit_line": unit_line,
+            "llamafleet_unit_environment": unit_environment,
+        }

@@ -14,6 +14,7 @@ from llamafleet.errors import SEVERITIES, InputError
 
 if TYPE_CHECKING:
     from llamafleet.facts import Facts
+    from llamafleet.refs import ReferencedFiles
 
 # Imports of the check machinery (catalogue, JSON Schema, YAML) happen inside the commands that
 # need them, so `plan` and `inspect` start fast.
@@ -103,7 +104,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from llamafleet.engine import Config, Inputs, add_file, exit_code, load_config, run
     from llamafleet.output import FORMATTERS
 
-    inputs = Inputs()
+    inputs = Inputs(referenced=referenced_policy(args))
     for path in args.files:
         add_file(inputs, path, _read(path))
     for scope in ("user", "project", "local", "managed"):
@@ -141,6 +142,40 @@ def cmd_check(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
     fail_on = args.fail_on or config.fail_on or "error"
     return exit_code(result, fail_on)
+
+
+def referenced_policy(args: argparse.Namespace) -> ReferencedFiles:
+    """The referenced-files policy of --referenced-dir / --read-referenced (default: never)."""
+    from llamafleet.refs import NEVER, ReferencedFiles
+
+    if getattr(args, "read_referenced", False):
+        return ReferencedFiles(as_named=True)
+    directory = getattr(args, "referenced_dir", None)
+    if directory is not None:
+        if not os.path.isdir(directory):
+            raise UsageError(f"--referenced-dir {directory}: not a directory")
+        return ReferencedFiles(directory=directory)
+    return NEVER
+
+
+def add_referenced_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "files named inside the inputs (EnvironmentFile=, LoadCredential=NAME:PATH, "
+        "--api-key-file); by default none is opened: an input may come from another machine, "
+        "and rules that need such a file stay silent as when it is missing"
+    ).add_mutually_exclusive_group()
+    g.add_argument(
+        "--referenced-dir",
+        metavar="DIR",
+        help="look a named file up only as DIR/<its basename> (e.g. a scratch directory with "
+        "copies of the key files)",
+    )
+    g.add_argument(
+        "--read-referenced",
+        action="store_true",
+        help="open the named files as named, on this machine (checking this machine's own "
+        "units); regular files of at most 1 MiB only",
+    )
 
 
 def _quote(word: str) -> str:
@@ -250,6 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a client environment variable (lowest precedence)",
     )
+    add_referenced_options(c)
     _add_fact_options(c)
     c.add_argument("--format", choices=sorted(("human", "json", "sarif")), default="human")
     c.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE")

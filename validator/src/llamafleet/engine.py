@@ -15,8 +15,9 @@ from llamafleet.argv import ParseError, ServerConfig, parse_argv_string, parse_m
 from llamafleet.catalogue import RuleInfo, catalogue
 from llamafleet.errors import SEVERITIES, InputError
 from llamafleet.facts import Facts
+from llamafleet.refs import NEVER, ReferencedFiles
 from llamafleet.rules import Context, Hit, load_all
-from llamafleet.settings import SettingsFile, group_clients, load_settings
+from llamafleet.settings import STAT, FromStat, SettingsFile, group_clients, load_settings
 from llamafleet.units import Unit, parse_unit
 
 RANK = {s: i for i, s in enumerate(SEVERITIES)}
@@ -96,6 +97,12 @@ def load_config(path: str) -> Config:
 
 @dataclass
 class Inputs:
+    """What is checked together. ``referenced``: which files named inside the inputs
+    (``EnvironmentFile=``, ``LoadCredential=``, ``--api-key-file``) may be opened: by default
+    none; ``ReferencedFiles(directory=DIR)`` looks them up as ``DIR/<basename>`` only,
+    ``ReferencedFiles(as_named=True)`` opens them as named. Set it before adding files."""
+
+    referenced: ReferencedFiles = NEVER
     servers: list[ServerConfig] = field(default_factory=list)
     units: list[Unit] = field(default_factory=list)
     settings: list[SettingsFile] = field(default_factory=list)
@@ -128,17 +135,25 @@ def _is_mapping_doc(data: Any) -> bool:
 
 
 def add_file(
-    inputs: Inputs, path: str, text: str, kind: str | None = None, scope: str | None = None
+    inputs: Inputs,
+    path: str,
+    text: str,
+    kind: str | None = None,
+    scope: str | None = None,
+    *,
+    mode: int | FromStat | None = STAT,
 ) -> None:
+    """Parse ``text`` (of ``path``) into ``inputs``. ``mode``: for a settings file, its
+    permission bits when known to the caller (default: from ``os.stat(path)``)."""
     inputs.texts[path] = text
     kind = kind or _detect(path, text)
     try:
         if kind == "unit":
-            inputs.units.append(parse_unit(text, path))
+            inputs.units.append(parse_unit(text, path, inputs.referenced))
         elif kind in ("cmd", "shell"):
             inputs.servers.append(parse_script(text, path, windows=kind == "cmd"))
         elif kind == "settings":
-            inputs.settings.append(load_settings(path, text, scope))
+            inputs.settings.append(load_settings(path, text, scope, mode=mode))
         elif kind == "mapping":
             inputs.servers.extend(_parse_mapping_doc(text, path))
         elif kind == "argv":
@@ -328,6 +343,7 @@ def run(
         settings=inputs.settings,
         clients=group_clients(inputs.settings, process_env or {}),
         facts=facts,
+        referenced=inputs.referenced,
     )
     wanted = set(only) if only is not None else None
     raw: list[Finding] = []

@@ -121,6 +121,26 @@ class HelpFacts:
     cache_types: tuple[str, ...] | None
 
 
+_LIST_CONTINUATION = re.compile(r"^[A-Za-z0-9_.]+(?:,\s*[A-Za-z0-9_.]+)*,?$")
+
+
+def _value_list(first: str, following: list[str]) -> tuple[str, ...]:
+    """A comma-separated value list that ``--help`` may wrap over several lines: the TurboQuant
+    fork's build 9079 prints ``... q5_0, q5_1,`` and then ``turbo2, turbo3, turbo4`` on a
+    continuation line. A line continues the list when the text so far ends with a comma or when it
+    is itself a bare list of names; ``(default: ...)`` and option lines end it."""
+    text = first.strip()
+    for raw in following:
+        nxt = raw.strip()
+        if not nxt or nxt.startswith(("(", "-")):
+            break
+        if text.endswith(",") or _LIST_CONTINUATION.match(nxt):
+            text = f"{text.rstrip(',')}, {nxt}"
+            continue
+        break
+    return tuple(v.strip() for v in text.split(",") if v.strip())
+
+
 def parse_help(text: str) -> HelpFacts:
     """Extract the option spellings and the allowed KV cache types from ``llama-server --help``.
 
@@ -137,9 +157,9 @@ def parse_help(text: str) -> HelpFacts:
             found = _HELP_NAME.findall(line)
             names.update(found)
             if "--cache-type-k" in found and cache_types is None:
-                for follow in lines[i : i + 6]:
-                    m2 = re.search(r"allowed values:\s*(.+)", follow)
+                for j in range(i, min(i + 6, len(lines))):
+                    m2 = re.search(r"allowed values:\s*(.+)", lines[j])
                     if m2:
-                        cache_types = tuple(v.strip() for v in m2.group(1).split(",") if v.strip())
+                        cache_types = _value_list(m2.group(1), lines[j + 1 :])
                         break
     return HelpFacts(frozenset(names), cache_types)

@@ -4,7 +4,10 @@
 
     llamafleet plan (--gguf FILE | --model-meta FILE.json) [--gpu-vram MiB] [--margin MiB]
                     [--suggest] [--format human|json] [--config-file SCRIPT_OR_UNIT]
-                    [-- llama-server flags...]
+                    [--referenced-dir DIR | --read-referenced] [-- llama-server flags...]
+
+A unit's ``EnvironmentFile=`` is read only with ``--referenced-dir``/``--read-referenced`` (as in
+``llamafleet check``); the model and ``--mmproj`` named in the flags are the files planned for.
 
 Exit codes: 0 fine, 1 does not fit (only with ``--gpu-vram``; with ``--suggest``: nothing fits),
 2 usage or input error (the message names the file).
@@ -23,6 +26,7 @@ from llamafleet import planner
 from llamafleet.argv import ParseError, ServerConfig, parse_argv_list, parse_script
 from llamafleet.gguf_meta import GGUFError, ModelFacts, load_model_meta
 from llamafleet.planner import DEFAULT_MARGIN_MIB, Plan, PlanError, Suggestion
+from llamafleet.refs import ReferencedFiles
 from llamafleet.units import parse_unit
 
 EXIT_OK, EXIT_NO_FIT, EXIT_USAGE = 0, 1, 2
@@ -88,6 +92,9 @@ def register(subparsers: Any) -> None:
         help="shell/.cmd script or systemd unit that starts llama-server; flags after "
         "-- are added after it (and win)",
     )
+    from llamafleet.cli import add_referenced_options
+
+    add_referenced_options(p)
     p.add_argument(
         "server_args",
         nargs=argparse.REMAINDER,
@@ -119,7 +126,7 @@ def _load_config(args: argparse.Namespace) -> ServerConfig:
             raise _InputError(f"{path}: cannot read: {exc.strerror}") from exc
         try:
             if path.endswith((".service", ".unit")) or re.search(r"^\s*\[Service\]", text, re.M):
-                unit = parse_unit(text, path)
+                unit = parse_unit(text, path, _referenced(args))
                 if unit.server is None:
                     raise _InputError(f"{path}: no ExecStart= line in [Service]")
                 cfg = unit.server
@@ -131,6 +138,15 @@ def _load_config(args: argparse.Namespace) -> ServerConfig:
             cfg.options += parse_argv_list(extra, path="<command line>").options
         return cfg
     return parse_argv_list(extra, path="<command line>")
+
+
+def _referenced(args: argparse.Namespace) -> ReferencedFiles:
+    from llamafleet.cli import UsageError, referenced_policy
+
+    try:
+        return referenced_policy(args)
+    except UsageError as exc:
+        raise _InputError(str(exc)) from exc
 
 
 def _load_model(args: argparse.Namespace, cfg: ServerConfig) -> ModelFacts:

@@ -20,7 +20,6 @@ Components (MiB = 2**20 bytes, as llama.cpp prints them):
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -30,6 +29,7 @@ from llamafleet.argv import ServerConfig, parse_argv_list
 from llamafleet.errors import InputError
 from llamafleet.gguf_meta import GGML_WEIGHT_SIZES as _GGML_WEIGHT_SIZES
 from llamafleet.gguf_meta import ModelFacts
+from llamafleet.refs import AS_NAMED, ReferencedFiles
 
 MIB = 1024 * 1024
 
@@ -534,6 +534,7 @@ def estimate(
     auto_asymmetric: bool = False,
     geo: Geometry | None = None,
     weights: Weights | None = None,
+    referenced: ReferencedFiles | None = None,
 ) -> Plan:
     """Memory needed by llama-server for ``model`` started with the flags in ``cfg``.
 
@@ -541,6 +542,8 @@ def estimate(
     turbo K to q8_0 when the query/KV head ratio is >= 6 (``TURBO_AUTO_ASYMMETRIC``). Off by
     default: the seed guide's build honoured turbo K. Either way the plan carries a note.
     ``geo``/``weights`` let callers (``suggest``) reuse work that does not depend on ``cfg``.
+    ``referenced``: whether the ``--mmproj`` file's size may be looked up (default: as named, for
+    flags the caller gives; ``llamafleet check`` passes its referenced-files policy).
     """
     geo = geo or geometry(model)
     notes = list(geo.notes)
@@ -715,8 +718,8 @@ def estimate(
     if mmproj:
         if cfg.bool_value("--mmproj-offload") is False:
             notes.append("--no-mmproj-offload: the projector stays on the host")
-        elif os.path.isfile(mmproj):
-            mmproj_bytes = os.path.getsize(mmproj)
+        elif (size := (referenced or AS_NAMED).size(mmproj)) is not None:
+            mmproj_bytes = size
         else:
             notes.append(f"--mmproj {mmproj}: file not readable here; its size is not counted")
 

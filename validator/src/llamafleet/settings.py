@@ -73,13 +73,27 @@ def classify(path: str) -> str:
     return "user"
 
 
-def load_settings(path: str, text: str, scope: str | None = None) -> SettingsFile:
+class FromStat:
+    """Marker: take the permission bits from the file at ``path``."""
+
+
+STAT = FromStat()
+
+
+def load_settings(
+    path: str, text: str, scope: str | None = None, *, mode: int | FromStat | None = STAT
+) -> SettingsFile:
+    """Load a settings file's ``text``. ``mode``: its permission bits (e.g. ``0o644``) as known to
+    the caller, e.g. of the original on another host; ``None`` when unknown (CC008 then stays
+    silent); by default they come from ``os.stat(path)``."""
     sf = SettingsFile(path=path, scope=scope or classify(path), text=text)
-    try:
-        st = os.stat(path)
-        sf.mode = stat.S_IMODE(st.st_mode)
-    except OSError:
-        sf.mode = None
+    if isinstance(mode, FromStat):
+        try:
+            sf.mode = stat.S_IMODE(os.stat(path).st_mode)
+        except (OSError, ValueError):
+            sf.mode = None
+    else:
+        sf.mode = None if mode is None else stat.S_IMODE(int(mode))
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -1,13 +1,16 @@
 """systemd unit files: sections, and ``ExecStart=`` expanded from ``Environment=`` and
-``EnvironmentFile=``."""
+``EnvironmentFile=``.
+
+Files a unit names (``EnvironmentFile=``, ``LoadCredential=NAME:PATH``) are opened only as a
+:class:`~llamafleet.refs.ReferencedFiles` policy allows: by default never."""
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 
 from llamafleet.argv import ParseError, ServerConfig, Token, apply_env, parse_tokens
+from llamafleet.refs import NEVER, ReferencedFiles
 
 
 @dataclass
@@ -22,6 +25,8 @@ class Unit:
     path: str
     sections: dict[str, list[UnitEntry]] = field(default_factory=dict)
     server: ServerConfig | None = None
+    #: every ``[Section]`` header in file order, with its line (a repeated name is kept twice)
+    headers: list[tuple[str, int]] = field(default_factory=list)
 
     def get(self, section: str, key: str) -> UnitEntry | None:
         """Last assignment of `key` in `section` (an empty assignment resets: returns None)."""
@@ -106,37 +111,36 @@ _CRED = re.compile(r"(?:%d|\$\{?CREDENTIALS_DIRECTORY\}?)/([A-Za-z0-9_.:-]+)")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
-def _read_env_file(path: str, base_dir: str) -> dict[str, str] | None:
-    candidates = [path, os.path.join(base_dir, os.path.basename(path))]
-    for p in candidates:
-        try:
-            with open(p, encoding="utf-8") as fh:
-                text = fh.read()
-        except OSError:
+def _read_env_file(path: str, referenced: ReferencedFiles) -> dict[str, str] | None:
+    text = referenced.read(path)
+    if text is None:
+        return None
+    env: dict[str, str] = {}
+    for raw in text.splitlines():
+        s = raw.strip()
+        if not s or s.startswith(("#", ";")):
             continue
-        env: dict[str, str] = {}
-        for raw in text.splitlines():
-            s = raw.strip()
-            if not s or s.startswith(("#", ";")):
-                continue
-            s = s.removeprefix("export ")
-            k, eq, v = s.partition("=")
-            if eq:
-                v = v.strip()
-                if len(v) >= 2 and v[0] == v[-1] and v[0] in "'\"":
-                    v = v[1:-1]
-                env[k.strip()] = v
-        return env
-    return None
+        s = s.removeprefix("export ")
+        k, eq, v = s.partition("=")
+        if eq:
+            v = v.strip()
+            if len(v) >= 2 and v[0] == v[-1] and v[0] in "'\"":
+                v = v[1:-1]
+            env[k.strip()] = v
+    return env
 
 
-def parse_unit(text: str, path: str) -> Unit:
+def parse_unit(text: str, path: str, referenced: ReferencedFiles | None = None) -> Unit:
+    """Parse a unit. ``referenced``: which files named in it may be opened (default: none, so
+    ``EnvironmentFile=`` variables stay unknown and a credential's key is not read)."""
+    referenced = referenced or NEVER
     unit = Unit(path=path)
     section = ""
     for line, no in _logical_lines(text):
         if line.startswith("[") and line.endswith("]"):
             section = line[1:-1]
             unit.sections.setdefault(section, [])
+            unit.headers.append((section, no))
             continue
         key, eq, value = line.partition("=")
         if not eq:
@@ -149,10 +153,9 @@ def parse_unit(text: str, path: str) -> Unit:
     if exec_start is None:
         return unit
     env: dict[str, tuple[str, int]] = {}
-    base_dir = os.path.dirname(os.path.abspath(path)) if path and not path.startswith("<") else "."
     for e in unit.all("Service", "EnvironmentFile"):
-        fname = e.value.lstrip("-")
-        loaded = _read_env_file(fname, base_dir)
+        fname = e.value.removeprefix("-")
+        loaded = _read_env_file(fname, referenced)
         if loaded:
             env.update({k: (v, e.line) for k, v in loaded.items()})
     for e in unit.all("Service", "Environment"):
@@ -162,7 +165,8 @@ def parse_unit(text: str, path: str) -> Unit:
                 env[k] = (v, e.line)
     variables = {k: v for k, (v, _) in env.items()}
     # systemd credentials: `LoadCredential=NAME:PATH` is read by the service as `%d/NAME`
-    # (or `$CREDENTIALS_DIRECTORY/NAME`); the validator reads PATH instead.
+    # (or `$CREDENTIALS_DIRECTORY/NAME`); the validator names PATH instead (a rule reads it only as
+    # the referenced-files policy allows).
     credentials: dict[str, str] = {}
     for e in unit.all("Service", "LoadCredential"):
         name, colon, src = e.value.partition(":")

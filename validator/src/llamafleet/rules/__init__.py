@@ -9,6 +9,7 @@ from typing import Any
 
 from llamafleet.argv import ServerConfig
 from llamafleet.facts import Facts
+from llamafleet.refs import NEVER, ReferencedFiles
 from llamafleet.settings import Client, SettingsFile
 from llamafleet.units import Unit
 
@@ -28,6 +29,8 @@ class Context:
     settings: list[SettingsFile] = field(default_factory=list)
     clients: list[Client] = field(default_factory=list)
     facts: Facts = field(default_factory=Facts)
+    #: which files named inside the inputs a rule may open (default: none)
+    referenced: ReferencedFiles = NEVER
 
     @property
     def all_servers(self) -> list[ServerConfig]:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 from llamafleet.argv import ServerConfig
+from llamafleet.refs import NEVER, ReferencedFiles
 from llamafleet.rules import Context, Hit, rule
 from llamafleet.rules.server import is_loopback
 from llamafleet.settings import Client
@@ -74,19 +74,19 @@ def client_server_mismatch(ctx: Context) -> Iterator[Hit]:
         yield Hit(file, line, {"base_url": base, "servers": listed, "remedy": remedy})
 
 
-def server_key(cfg: ServerConfig) -> tuple[bool, str | None]:
-    """(requires a key?, the key if it can be read)."""
+def server_key(
+    cfg: ServerConfig, referenced: ReferencedFiles | None = None
+) -> tuple[bool, str | None]:
+    """(requires a key?, the key if it can be read). An ``--api-key-file`` is opened only as the
+    ``referenced`` policy allows (default: never; the key is then unknown)."""
     key = cfg.value("--api-key") or (cfg.env.get("LLAMA_API_KEY", ("", 0))[0] or None)
     if key:
         return True, key.split(",")[0]
     kf = cfg.value("--api-key-file")
     if kf:
-        try:
-            with open(os.path.expanduser(kf), encoding="utf-8") as fh:
-                first = fh.readline().strip()
-            return True, first or None
-        except OSError:
-            return True, None
+        text = (referenced or NEVER).read(kf)
+        first = text.splitlines()[0].strip() if text else ""
+        return True, first or None
     return False, None
 
 
@@ -101,7 +101,7 @@ def client_missing_key(ctx: Context) -> Iterator[Hit]:
         for s in servers:
             if not _matches(host, port, s):
                 continue
-            required, key = server_key(s)
+            required, key = server_key(s, ctx.referenced)
             if not required:
                 continue
             sent = c.tokens()

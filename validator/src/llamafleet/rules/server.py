@@ -356,7 +356,7 @@ def does_not_fit(ctx: Context) -> Iterator[Hit]:
 
     for cfg in ctx.all_servers:
         try:
-            plan = planner.estimate(model, cfg)
+            plan = planner.estimate(model, cfg, referenced=ctx.referenced)
         except planner.PlanError:
             continue  # invalid values are LS020's; missing metadata means no estimate
         margin = planner.DEFAULT_MARGIN_MIB

@@ -1,10 +1,12 @@
-"""Rules on systemd units running llama-server (SD001-SD003)."""
+"""Rules on systemd units running llama-server (SD001-SD004)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from llamafleet.rules import Context, Hit, rule
+from llamafleet.units import Unit, UnitEntry
 
 
 @rule("SD001")
@@ -49,3 +51,166 @@ def no_restart(ctx: Context) -> Iterator[Hit]:
         r = u.get("Service", "Restart")
         if r is None or r.value == "no":
             yield Hit(u.path, r.line if r else u.server.line, {})
+
+
+# ----------------------------------------------------------------------------- SD004
+
+EXEC_KEYS = (
+    "ExecCondition",
+    "ExecStartPre",
+    "ExecStart",
+    "ExecStartPost",
+    "ExecReload",
+    "ExecStop",
+    "ExecStopPost",
+)
+_EXEC_PREFIX = re.compile(r"[-@:+!|]*")
+_FALSE = ("no", "false", "0", "off", "")
+#: Protections that are on or off; off (or an empty reset) after on weakens the sandbox.
+_BOOL_PROTECTIONS = (
+    "NoNewPrivileges",
+    "PrivateTmp",
+    "ProtectKernelTunables",
+    "ProtectKernelModules",
+    "ProtectKernelLogs",
+    "ProtectControlGroups",
+    "ProtectClock",
+    "ProtectHostname",
+    "RestrictRealtime",
+    "RestrictSUIDSGID",
+    "LockPersonality",
+    "MemoryDenyWriteExecute",
+    "RestrictNamespaces",
+)
+#: Graded protections: a later, lower level after a higher one weakens the sandbox.
+_LEVELS: dict[str, dict[str, int]] = {
+    "ProtectSystem": {
+        **dict.fromkeys(_FALSE, 0),
+        **dict.fromkeys(("yes", "true", "1", "on"), 1),
+        "full": 2,
+        "strict": 3,
+    },
+    "ProtectHome": {
+        **dict.fromkeys(_FALSE, 0),
+        "tmpfs": 1,
+        "read-only": 1,
+        **dict.fromkeys(("yes", "true", "1", "on"), 2),
+    },
+}
+_ROOT = ("root", "0", "")
+
+
+def _shown(e: UnitEntry) -> str:
+    text = f"{e.key}={e.value}"
+    return text if len(text) <= 70 else text[:67] + "..."
+
+
+def _hit(u: Unit, e: UnitEntry, detail: str) -> Hit:
+    return Hit(
+        u.path,
+        e.line,
+        {"directive": _shown(e), "key": f"the {e.key}= line", "line": e.line, "detail": detail},
+    )
+
+
+def _privileged_exec(u: Unit) -> Iterator[Hit]:
+    for entries in u.sections.values():
+        for e in entries:
+            if e.key not in EXEC_KEYS:
+                continue
+            prefix = _EXEC_PREFIX.match(e.value)
+            flags = prefix.group(0) if prefix else ""
+            if "+" in flags:
+                yield _hit(
+                    u, e, "runs its command with full privileges, outside the sandbox (prefix +)"
+                )
+            elif "!" in flags:
+                yield _hit(
+                    u,
+                    e,
+                    "runs its command without the unit's User= and capability limits "
+                    f"(prefix {'!!' if '!!' in flags else '!'})",
+                )
+
+
+def _repeated_sections(u: Unit) -> Iterator[Hit]:
+    first: dict[str, int] = {}
+    for name, line in u.headers:
+        if name in first:
+            yield Hit(
+                u.path,
+                line,
+                {
+                    "directive": f"[{name}]",
+                    "key": f"the second [{name}] header and the lines after it",
+                    "line": line,
+                    "detail": f"starts a second [{name}] section (the first is on line "
+                    f"{first[name]}): the shape an injected line leaves",
+                },
+            )
+        else:
+            first[name] = line
+
+
+def _devices_narrowed(u: Unit) -> bool:
+    policy = u.get("Service", "DevicePolicy")
+    if policy is not None and policy.value.strip().lower() in ("closed", "strict"):
+        return True
+    return bool(u.all("Service", "DeviceAllow"))
+
+
+def _weakened(u: Unit) -> Iterator[Hit]:
+    strongest: dict[str, UnitEntry] = {}  # protection -> the assignment that set it highest
+    level: dict[str, int] = {}
+    user: UnitEntry | None = None
+    empty_caps: UnitEntry | None = None
+    for e in u.sections.get("Service", []):
+        value = e.value.strip().lower()
+        if e.key in _BOOL_PROTECTIONS or e.key == "PrivateDevices":
+            if value not in _FALSE:
+                strongest.setdefault(e.key, e)
+            elif e.key in strongest:
+                if e.key == "PrivateDevices" and _devices_narrowed(u):
+                    continue
+                was = strongest.pop(e.key)
+                yield _hit(u, e, f"undoes {_shown(was)} of line {was.line}")
+        elif e.key in _LEVELS:
+            n = _LEVELS[e.key].get(value)
+            if n is None:
+                continue
+            if e.key in strongest and n < level[e.key]:
+                was = strongest[e.key]
+                yield _hit(u, e, f"weakens {_shown(was)} of line {was.line}")
+            if n > level.get(e.key, -1):
+                strongest[e.key], level[e.key] = e, n
+        elif e.key == "User":
+            if e.value.strip() not in _ROOT:
+                user = e
+            elif user is not None:
+                yield _hit(
+                    u,
+                    e,
+                    f"switches the service back to root after {_shown(user)} of line {user.line}",
+                )
+                user = None
+        elif e.key == "CapabilityBoundingSet":
+            if value == "":
+                empty_caps = e
+            elif empty_caps is not None and not value.startswith("~"):
+                yield _hit(
+                    u,
+                    e,
+                    "gives capabilities back after the empty bounding set of line "
+                    f"{empty_caps.line}",
+                )
+                empty_caps = None
+    for e in u.all("Service", "AmbientCapabilities"):
+        yield _hit(u, e, "hands capabilities to the service's processes")
+
+
+@rule("SD004")
+def unit_escapes_sandbox(ctx: Context) -> Iterator[Hit]:
+    for u in ctx.units:
+        yield from _privileged_exec(u)
+        yield from _repeated_sections(u)
+        yield from _weakened(u)

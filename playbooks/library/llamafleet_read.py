@@ -1,0 +1,306 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Apache-2.0 (see the repository)
+"""Read a file another account controls, as that account, without following links or blocking."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: llamafleet_read
+short_description: Read a file that another account controls, safely
+description:
+  - Reads one file for an audit. With O(user), the file is opened by a child process that has
+    dropped to that account's uid, gid and groups, so a link planted by the user reaches nothing
+    the user could not read anyway; every directory below O(anchor) and the file itself are opened
+    without following symbolic links.
+  - Refuses (and reports in RV(problem), without failing) a symbolic link, a FIFO, a device or any
+    other non-regular file, a file with more than one hard link, a file owned by another account
+    than O(user), and a file larger than O(max_size) bytes. Opening never blocks (O_NONBLOCK).
+  - A file that does not exist is not a problem (RV(exists) is false).
+version_added: "0.2.0"
+options:
+  path:
+    description: Absolute path of the file.
+    type: path
+    required: true
+  user:
+    description: Read as this account (and require the file to be owned by it). Without it the
+      module reads as root and requires every directory from O(anchor) down to be owned by root.
+    type: str
+  anchor:
+    description: The directory from which the walk without links starts (a user's home; C(/)
+      by default). It must itself be owned by O(user) (or root).
+    type: path
+    default: /
+  max_size:
+    description: The largest file read, in bytes.
+    type: int
+    default: 1048576
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+author: llamafleet
+"""
+
+EXAMPLES = r"""
+- name: Read a user's Claude Code settings
+  llamafleet_read:
+    path: /home/dev/.claude/settings.json
+    anchor: /home/dev
+    user: dev
+  register: settings
+  no_log: true
+"""
+
+RETURN = r"""
+exists:
+  description: Whether the file exists.
+  returned: always
+  type: bool
+content:
+  description: The file's bytes, base64-encoded (empty when refused or absent).
+  returned: always
+  type: str
+mode:
+  description: The file's permission bits as four octal digits (C(0600)).
+  returned: when the file was read
+  type: str
+uid:
+  description: The file's owner.
+  returned: when the file was read
+  type: int
+size:
+  description: The file's size in bytes.
+  returned: when the file exists
+  type: int
+problem:
+  description: Why the file was not read (empty when it was read or is absent).
+  returned: always
+  type: str
+"""
+
+import base64
+import errno
+import json
+import os
+import pwd
+import stat
+
+from ansible.module_utils.basic import AnsibleModule
+
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _kind(st_mode):
+    for test, name in (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISDIR, "a directory"),
+    ):
+        if test(st_mode):
+            return name
+    return "not a regular file"
+
+
+def _owner(uid):
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return "uid %d" % uid
+
+
+def read_file(path, anchor="/", uid=None, max_size=1048576):
+    """Read `path` below `anchor` without following links. `uid` is the account that must own the
+    directories and the file (None: root owns the directories; any owner for the file). Returns a
+    dict: exists, content (bytes), mode, uid, size, problem."""
+    out = {"exists": False, "content": b"", "problem": ""}
+    path = os.path.normpath(path)
+    anchor = os.path.normpath(anchor)
+    if not path.startswith(anchor.rstrip("/") + "/"):
+        out["problem"] = "%s is not below %s" % (path, anchor)
+        return out
+    parts = path[len(anchor.rstrip("/")) + 1 :].split("/")
+    want_dir_owner = 0 if uid is None else uid
+    try:
+        fd = os.open(anchor, DIR_FLAGS)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return out
+        out["problem"] = "%s: cannot open: %s" % (anchor, exc.strerror)
+        return out
+    try:
+        st = os.fstat(fd)
+        if st.st_uid not in (0, want_dir_owner):
+            out["problem"] = "%s is owned by %s, not %s" % (
+                anchor,
+                _owner(st.st_uid),
+                _owner(want_dir_owner),
+            )
+            return out
+        here = anchor
+        for name in parts[:-1]:
+            here = os.path.join(here, name)
+            try:
+                nfd = os.open(name, DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno == errno.ENOENT:
+                    return out
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    lst = os.lstat(name, dir_fd=fd)
+                    out["problem"] = "%s is %s (owned by %s); not followed" % (
+                        here,
+                        _kind(lst.st_mode),
+                        _owner(lst.st_uid),
+                    )
+                else:
+                    out["problem"] = "%s: cannot open: %s" % (here, exc.strerror)
+                return out
+            os.close(fd)
+            fd = nfd
+            st = os.fstat(fd)
+            if st.st_uid != want_dir_owner and st.st_uid != 0:
+                out["problem"] = "%s is owned by %s, not %s; not read" % (
+                    here,
+                    _owner(st.st_uid),
+                    _owner(want_dir_owner),
+                )
+                return out
+        try:
+            lst = os.lstat(parts[-1], dir_fd=fd)
+        except FileNotFoundError:
+            return out
+        out["exists"] = True
+        out["size"] = lst.st_size
+        if not stat.S_ISREG(lst.st_mode):
+            out["problem"] = "%s is %s (owned by %s); not read" % (
+                path,
+                _kind(lst.st_mode),
+                _owner(lst.st_uid),
+            )
+            return out
+        try:
+            ffd = os.open(parts[-1], FILE_FLAGS, dir_fd=fd)
+        except OSError as exc:
+            out["problem"] = "%s: cannot open: %s" % (path, exc.strerror)
+            return out
+        try:
+            fst = os.fstat(ffd)
+            problem = ""
+            if not stat.S_ISREG(fst.st_mode):
+                problem = "%s is %s; not read" % (path, _kind(fst.st_mode))
+            elif fst.st_nlink != 1:
+                problem = "%s has %d hard links; not read" % (path, fst.st_nlink)
+            elif uid is not None and fst.st_uid != uid:
+                problem = "%s is owned by %s, not %s; not read" % (
+                    path,
+                    _owner(fst.st_uid),
+                    _owner(uid),
+                )
+            elif fst.st_size > max_size:
+                problem = "%s is %d bytes, more than the %d read; not read" % (
+                    path,
+                    fst.st_size,
+                    max_size,
+                )
+            if problem:
+                out["problem"] = problem
+                return out
+            chunks = []
+            left = max_size + 1
+            while left > 0:
+                try:
+                    chunk = os.read(ffd, min(65536, left))
+                except BlockingIOError:
+                    break
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
+            data = b"".join(chunks)
+            if len(data) > max_size:
+                out["problem"] = "%s grew past %d bytes while read; not read" % (path, max_size)
+                return out
+            out.update(
+                content=data,
+                mode="%04o" % stat.S_IMODE(fst.st_mode),
+                uid=fst.st_uid,
+                size=len(data),
+            )
+            return out
+        finally:
+            os.close(ffd)
+    finally:
+        os.close(fd)
+
+
+def drop_privileges(uid, gid, groups):
+    os.setgroups(groups)
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+
+
+def read_as(path, anchor, uid, gid, groups, max_size):
+    """read_file in a child process that runs as uid/gid/groups (when running as root)."""
+    if os.geteuid() != 0 or uid == os.geteuid():
+        return read_file(path, anchor, uid, max_size)
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 0
+        try:
+            os.close(rfd)
+            drop_privileges(uid, gid, groups)
+            res = read_file(path, anchor, uid, max_size)
+            res["content"] = base64.b64encode(res["content"]).decode("ascii")
+            payload = json.dumps(res).encode("utf-8")
+        except Exception as exc:  # reported by the parent
+            payload = json.dumps({"exists": False, "content": "", "problem": str(exc)}).encode()
+            code = 1
+        with os.fdopen(wfd, "wb") as fh:
+            fh.write(payload)
+        os._exit(code)
+    os.close(wfd)
+    with os.fdopen(rfd, "rb") as fh:
+        payload = fh.read()
+    os.waitpid(pid, 0)
+    res = json.loads(payload.decode("utf-8") or "{}")
+    res["content"] = base64.b64decode(res.get("content") or "")
+    return res
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", required=True),
+            user=dict(type="str"),
+            anchor=dict(type="path", default="/"),
+            max_size=dict(type="int", default=1048576),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    if not os.path.isabs(p["path"]) or not os.path.isabs(p["anchor"]):
+        module.fail_json(msg="path and anchor must be absolute")
+    if p["user"]:
+        try:
+            pw = pwd.getpwnam(p["user"])
+        except KeyError:
+            module.fail_json(msg="no such account: %s" % p["user"])
+        groups = os.getgrouplist(pw.pw_name, pw.pw_gid)
+        res = read_as(p["path"], p["anchor"], pw.pw_uid, pw.pw_gid, groups, p["max_size"])
+    else:
+        res = read_file(p["path"], p["anchor"], None, p["max_size"])
+    res["content"] = base64.b64encode(res["content"]).decode("ascii")
+    res["changed"] = False
+    module.exit_json(**res)
+
+
+if __name__ == "__main__":
+    main()
