@@ -71,14 +71,31 @@ def test_manifest(host):
     assert prev["commit"] != m["commit"]
 
 
+def test_build_is_pinned_and_unprivileged(host):
+    m = manifest(host, "current")
+    assert m["commit"] == "478b0f0b0ad11c620f5e3c94511323da4bb7ffcf" and m["pinned"] is True
+    # what was installed is what the build account produced, byte for byte
+    assert m["binaries_sha256"]["llama-server"] == host.file(SERVER).sha256sum
+    work = host.file("/var/cache/llama.cpp")
+    assert work.user == "llama-build" and work.mode == 0o750
+    assert host.file("/var/cache/llama.cpp/src").user == "llama-build"
+    config = host.file("/var/cache/llama.cpp/src/.git/config").content_string
+    assert "url = http" in config and "@" not in config.split("url =", 1)[1].split()[0]
+    assert not host.file("/run/llama_cpp-git/auth.conf").exists
+    binary = host.file(SERVER)
+    assert binary.user == "root" and binary.mode == 0o755
+
+
 @pytest.mark.parametrize("path", ["/srv/models/tiny-llama/tiny-llama.gguf", "/srv/models/tiny-llama-copy/tiny.gguf"])
 def test_model_placed(host, path, expected_sha256):
     f = host.file(path)
-    assert f.exists and f.user == "llama" and f.group == "llama" and f.mode == 0o644
+    # root-owned and read-only to the service: `llama` cannot change what it serves or plant links
+    assert f.exists and f.user == "root" and f.group == "root" and f.mode == 0o644
     assert f.sha256sum == expected_sha256
     assert host.file(path + ".sha256").content_string.split()[0] == expected_sha256
     assert not host.file(path + ".part").exists
-    assert host.file("/srv/models").user == "llama"
+    for d in ("/srv/models", "/srv/models/tiny-llama"):
+        assert host.file(d).user == "root" and host.file(d).mode == 0o755
 
 
 def test_model_metadata(host, expected_sha256):

@@ -1,0 +1,147 @@
+#!/usr/bin/python
+# Apache-2.0
+"""Ansible module (run on the controller): the index of shipped llama.cpp builds, index.json
+beside the tarballs. The controller records the sha256 it computed on its own copy of a fetched
+tarball; hosts only ever get to install a tarball that matches it."""
+
+from __future__ import annotations
+
+# ruff: noqa: E402 - Ansible modules import after their DOCUMENTATION
+
+DOCUMENTATION = r"""
+---
+module: llama_cpp_build_index
+short_description: Query or record a shipped llama.cpp build in the controller's index
+description:
+  - Meant for C(delegate_to: localhost). The index is C(<dir>/index.json); tarballs are
+    C(<dir>/<platform>/<name>.tar.gz).
+  - O(name) and O(platform) are validated before they become paths (a build name is
+    C(b<number>-<10 hex>-<cpu|cuda>-<10 hex>)); anything else fails.
+  - With O(state=query) (read-only) returns the entry of O(name) for O(platform), the tarball's
+    path, whether it exists, and the path to fetch a new tarball to (O(builder) names it).
+  - With O(state=present) computes the sha256 and size of O(src) (the fetched file, on the
+    controller), moves it to the tarball's path and records the entry, under a lock. An entry
+    whose tarball is still in place with the recorded sha256 is kept and O(src) is dropped.
+options:
+  dir:
+    description: The controller's directory of shipped builds.
+    type: path
+    required: true
+  platform:
+    description: The platform key (distribution, release, architecture, backend, CUDA archs).
+    type: str
+    required: true
+  name:
+    description: The build name.
+    type: str
+    required: true
+  state:
+    description: V(query) or V(present).
+    type: str
+    choices: [query, present]
+    default: query
+  src:
+    description: With O(state=present), the fetched tarball (the RV(incoming) path of a query).
+    type: path
+  builder:
+    description: The host that built and packed it (recorded; names the incoming file).
+    type: str
+    default: ""
+  commit:
+    description: The build's commit (recorded).
+    type: str
+    default: ""
+author: llamafleet
+"""
+
+EXAMPLES = r"""
+- name: Look the build up
+  llama_cpp_build_index:
+    dir: ~/.cache/llamafleet/builds
+    platform: debian-bookworm-x86_64-cpu-any
+    name: b9079-69d8e4be47-cpu-3f2a9c1d0e
+  delegate_to: localhost
+  become: false
+  register: _entry
+"""
+
+RETURN = r"""
+found:
+  description: Whether the index has an entry for the build.
+  returned: always
+  type: bool
+entry:
+  description: The entry (sha256, size, file, platform, builder, commit, recorded_at), or {}.
+  returned: always
+  type: dict
+tarball:
+  description: The tarball's path on the controller.
+  returned: always
+  type: str
+tarball_exists:
+  description: Whether that file exists.
+  returned: always
+  type: bool
+incoming:
+  description: Where to fetch a new tarball of O(builder) to before recording it.
+  returned: always
+  type: str
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.llama_cpp_safetar import (
+    UnsafeArchiveError,
+    check_build_name,
+    check_platform,
+    lookup,
+    record,
+    safe_host_part,
+)
+
+
+def incoming_path(directory: str, platform: str, name: str, builder: str) -> str:
+    return os.path.join(
+        directory, check_platform(platform), f".incoming-{safe_host_part(builder)}-{name}.tar.gz"
+    )
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "dir": {"type": "path", "required": True},
+            "platform": {"type": "str", "required": True},
+            "name": {"type": "str", "required": True},
+            "state": {"type": "str", "choices": ["query", "present"], "default": "query"},
+            "src": {"type": "path"},
+            "builder": {"type": "str", "default": ""},
+            "commit": {"type": "str", "default": ""},
+        },
+        required_if=[("state", "present", ["src"])],
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        name = check_build_name(p["name"])
+        platform = check_platform(p["platform"])
+        incoming = incoming_path(p["dir"], platform, name, p["builder"])
+        result = lookup(p["dir"], platform, name)
+        result["incoming"] = incoming
+        if p["state"] == "query":
+            module.exit_json(changed=False, **result)
+        if module.check_mode:
+            module.exit_json(changed=True, **result)
+        if os.path.realpath(p["src"]) != os.path.realpath(incoming):
+            module.fail_json(msg=f"src must be the incoming path {incoming}", **result)
+        changed, entry = record(
+            p["dir"], platform, name, p["src"], builder=p["builder"], commit=p["commit"]
+        )
+    except (ValueError, OSError, UnsafeArchiveError) as exc:
+        module.fail_json(msg=f"shipped builds index {p['dir']}: {exc}")
+    result.update(found=True, entry=entry, tarball_exists=True)
+    module.exit_json(changed=changed, **result)
+
+
+if __name__ == "__main__":
+    main()
