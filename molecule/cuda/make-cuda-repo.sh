@@ -18,6 +18,8 @@
 #   cuda-toolkit-12-8 12.8.1-1  metapackage -> cuda-nvcc-12-8
 #   cuda-nvcc-12-9, cuda-toolkit-12-9 likewise for 12.9
 #   cuda-toolkit 12.8.1-1 and 12.9.1-1, unversioned metapackages (what an unpinned upgrade would take)
+# and 3bf863cc.pub (the key, armoured). OUT/key-fingerprint and OUT/keyring-sha256.json
+# ({"<distro>/<arch>": sha256 of cuda-keyring}) are what molecule.yml pins the role to.
 #
 # The signing key is a throwaway made at each run (its private part lives in a temporary GNUPGHOME
 # that is deleted at the end); nothing secret is ever written to the repository tree or committed.
@@ -142,13 +144,20 @@ index_repo() {
 make_repo() { # DIR URL DISTRO BROKEN(0|1)
   local dir=$1 url=$2 distro=$3 broken=$4 kf deb
   mkdir -p "$dir"
+  # one cuda-keyring package per distro, the same file in both trees (as a mirror copies it), so
+  # that one pinned sha256 per "<distro>/<arch>" holds for both
   kf=$WORK/keyring-$distro
-  rm -rf "$kf"; mkdir -p "$kf/usr/share/keyrings" "$kf/etc/apt/sources.list.d"
-  install -m 0644 "$WORK/cuda-archive-keyring.gpg" "$kf/usr/share/keyrings/cuda-archive-keyring.gpg"
-  echo "deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] $url/$distro/$REPO_ARCH/ /" \
-    > "$kf/etc/apt/sources.list.d/cuda-$distro-$REPO_ARCH.list"
-  deb=$(build_deb cuda-keyring 1.1-1 all "" "GPG keyring and source list of the CUDA repository" "$kf")
-  mv "$deb" "$dir/cuda-keyring_1.1-1_all.deb"
+  if [ ! -f "$kf.deb" ]; then
+    rm -rf "$kf"; mkdir -p "$kf/usr/share/keyrings" "$kf/etc/apt/sources.list.d"
+    install -m 0644 "$WORK/cuda-archive-keyring.gpg" "$kf/usr/share/keyrings/cuda-archive-keyring.gpg"
+    echo "deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] $url/$distro/$REPO_ARCH/ /" \
+      > "$kf/etc/apt/sources.list.d/cuda-$distro-$REPO_ARCH.list"
+    deb=$(build_deb cuda-keyring 1.1-1 all "" "GPG keyring and source list of the CUDA repository" "$kf")
+    mv "$deb" "$kf.deb"
+  fi
+  cp "$kf.deb" "$dir/cuda-keyring_1.1-1_all.deb"
+  # the repository's key file, as NVIDIA publishes 3bf863cc.pub next to its packages
+  cp "$OUT.tmp/cuda-archive-keyring.asc" "$dir/3bf863cc.pub"
 
   if [ "$broken" = 1 ]; then
     # under cuda-12.8, but it is a 12.9 nvcc: the role's version check must catch it. Its own
@@ -181,6 +190,20 @@ for distro in $DISTROS; do
   make_repo "$OUT.tmp/compute/cuda/repos/$distro/$REPO_ARCH" "$BASE_URL/compute/cuda/repos" "$distro" 0
   make_repo "$OUT.tmp/mirror-broken/compute/cuda/repos/$distro/$REPO_ARCH" "$BASE_URL/compute/cuda/repos" "$distro" 1
 done
+
+# what the scenario pins (molecule.yml reads these files): the key's fingerprint and the sha256 of
+# each path's cuda-keyring package
+gpg --batch --with-colons --list-keys | awk -F: '$1 == "fpr" { print $10; exit }' > "$OUT.tmp/key-fingerprint"
+{
+  printf '{'
+  sep=
+  for distro in $DISTROS; do
+    printf '%s"%s/%s": "%s"' "$sep" "$distro" "$REPO_ARCH" \
+      "$(sha256sum "$OUT.tmp/compute/cuda/repos/$distro/$REPO_ARCH/cuda-keyring_1.1-1_all.deb" | cut -d' ' -f1)"
+    sep=', '
+  done
+  printf '}\n'
+} > "$OUT.tmp/keyring-sha256.json"
 
 rm -rf "$OUT"
 mv "$OUT.tmp" "$OUT"

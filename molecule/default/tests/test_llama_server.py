@@ -2,6 +2,7 @@
 working prompt cache. Requests are made from inside the host with its own python3 (urllib)."""
 
 import json
+import re
 
 UNIT = "llama-server-main.service"
 PORT = 8080
@@ -53,7 +54,8 @@ def test_hardening_in_effect(host):
     # while the same path is writable for root outside it
     inside = host.run("nsenter -t %s -m -- touch /srv/models/tiny-llama/.probe", pid)
     assert inside.rc != 0 and "Read-only file system" in inside.stderr, inside
-    assert host.run("touch /srv/models/tiny-llama/.probe && rm /srv/models/tiny-llama/.probe").rc == 0
+    probe = "/srv/models/tiny-llama/.probe"
+    assert host.run("touch %s && rm %s", probe, probe).rc == 0
 
 
 def test_key_is_root_only_and_listening_only_on_loopback(host):
@@ -93,3 +95,32 @@ def test_prompt_cache_reuses_shared_system_prompt(host):
     reused = second.get("cache_read_input_tokens", 0)
     shared = prompt_1 - 20  # the question and the template's tail differ
     assert reused >= 0.95 * shared, (first, second)
+
+
+def exposure(text):
+    """The number of `systemd-analyze security`'s "Overall exposure level for UNIT: 0.9 SAFE 😀"
+    (not what follows the last colon: "1.2 OK :-)" on a terminal without emoji)."""
+    m = re.search(r"Overall exposure level for \S+: *([0-9]+(?:\.[0-9]+)?)", text)
+    assert m, text
+    return float(m.group(1))
+
+
+def test_exposure_score_at_most_1_0(host):
+    out = host.run("systemd-analyze security --no-pager %s", UNIT)
+    assert out.rc == 0, out.stderr
+    score = exposure(out.stdout)
+    print(f"systemd-analyze security {UNIT}: {score}")
+    assert score <= 1.0, out.stdout
+
+
+def test_exposure_parser_reads_the_number():
+    assert exposure("→ Overall exposure level for a.service: 1.2 OK :-)") == 1.2
+    assert exposure("→ Overall exposure level for a.service: 0.9 SAFE 😀") == 0.9
+
+
+def test_slots_endpoint_off(host):
+    exec_start = host.run("systemctl show -p ExecStart --value %s", UNIT).stdout
+    assert " --no-slots " in f" {exec_start} ".replace(";", " "), exec_start
+    res = request(host, "/slots", api_key(host))
+    assert res["status"] in (404, 501), res
+    assert request(host, "/slots")["status"] == 401

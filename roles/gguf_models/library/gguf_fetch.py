@@ -48,8 +48,19 @@ options:
     description: Where to download from (http, https, file).
     type: str
   headers:
-    description: Extra HTTP headers (e.g. Authorization). Not logged.
+    description:
+      - Extra HTTP headers (e.g. Authorization). Not logged.
+      - "They are sent only to the origin of O(url) (its scheme, host and port). Redirects are
+        followed one hop at a time: a hop to another origin (Hugging Face sends the download to a
+        CDN with a signed URL) gets none of them; the C(Range) header of a resumed download is
+        kept. A redirect from C(https) to C(http), or to a scheme other than C(http)/C(https), is
+        refused."
+      - With an C(http://) O(url) they are refused unless O(allow_insecure_transport) is set.
     type: dict
+  allow_insecure_transport:
+    description: Allow O(headers) (a token) to be sent over plain C(http) (a test network).
+    type: bool
+    default: false
   timeout:
     description: Socket timeout in seconds.
     type: int
@@ -152,6 +163,8 @@ head_error:
 import hashlib
 import os
 import stat
+from urllib.error import HTTPError
+from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gguf_models_safefs import (
@@ -177,12 +190,100 @@ from ansible.module_utils.gguf_models_safefs import (
 from ansible.module_utils.urls import open_url
 
 CHUNK = 4 * 1024 * 1024
+MAX_REDIRECTS = 10
+REDIRECT_CODES = (301, 302, 303, 307, 308)
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class FetchError(Exception):
     def __init__(self, msg, result=None):
         super().__init__(msg)
         self.result = dict(result or {})
+
+
+def origin(url):
+    """(scheme, host, port) of a URL: where headers may be sent."""
+    u = urlsplit(url)
+    scheme = u.scheme.lower()
+    try:
+        port = u.port
+    except ValueError:
+        port = None
+    return scheme, (u.hostname or "").lower(), port or DEFAULT_PORTS.get(scheme)
+
+
+def show_url(url):
+    """A URL for a message: without credentials and without its query (a CDN's signature)."""
+    u = urlsplit(url)
+    host = u.netloc.rsplit("@", 1)[-1]
+    return urlunsplit((u.scheme, host, u.path, "", ""))
+
+
+def check_transport(url, headers, allow_insecure):
+    """Refuse to send headers (a token) over plain http unless allowed."""
+    scheme = urlsplit(url).scheme.lower()
+    if scheme == "http" and headers and not allow_insecure:
+        raise FetchError(
+            f"Refused: {show_url(url)} is plain http and headers ({', '.join(sorted(headers))}) "
+            "would be sent in clear text. Fix: use an https URL, or set "
+            "gguf_models_allow_insecure_transport: true (module option allow_insecure_transport) "
+            "on a trusted network only."
+        )
+
+
+def redirect_target(current, location, code=302):
+    """The URL a redirect from `current` to `location` leads to, or FetchError: only http and
+    https, never from https down to http."""
+    if not location:
+        raise FetchError(f"{show_url(current)} answered {code} without a Location header")
+    new = urljoin(current, location.strip())
+    old_scheme = urlsplit(current).scheme.lower()
+    new_scheme = urlsplit(new).scheme.lower()
+    if new_scheme not in ("http", "https"):
+        raise FetchError(
+            f"Refused: {show_url(current)} redirects to a {new_scheme or 'relative'}: URL "
+            f"({show_url(new)}); only http and https are followed."
+        )
+    if old_scheme == "https" and new_scheme == "http":
+        raise FetchError(
+            f"Refused: {show_url(current)} redirects from https to plain http "
+            f"({show_url(new)}); a download is never downgraded. Fix: use a URL that stays on "
+            "https."
+        )
+    return new
+
+
+def hop_headers(url, first_origin, user_headers, protocol_headers):
+    """Headers for one request: the user's (a token) only to the origin of the first URL; the
+    protocol's (Range) always."""
+    headers = dict(user_headers) if origin(url) == first_origin else {}
+    headers.update(protocol_headers)
+    return headers
+
+
+def open_following(p, method="GET", protocol_headers=None):
+    """open_url, following redirects one hop at a time (see redirect_target, hop_headers)."""
+    url = p["url"]
+    user_headers = dict(p["headers"] or {})
+    first = origin(url)
+    for _ in range(MAX_REDIRECTS + 1):
+        headers = hop_headers(url, first, user_headers, protocol_headers or {})
+        try:
+            return open_url(
+                url,
+                method=method,
+                headers=headers,
+                timeout=p["timeout"],
+                validate_certs=p["validate_certs"],
+                follow_redirects="none",
+            )
+        except HTTPError as e:
+            if e.code not in REDIRECT_CODES:
+                raise
+            location = e.headers.get("Location") or e.headers.get("URI")
+            e.close()
+            url = redirect_target(url, location, e.code)
+    raise FetchError(f"More than {MAX_REDIRECTS} redirects from {show_url(p['url'])}")
 
 
 def sha256_fd(fd):
@@ -262,6 +363,8 @@ def fetch(p, check_mode=False):
     want = (p["sha256"] or "").strip().lower()
     if not HEX64.match(want):
         raise FetchError(f"sha256 for {dest} must be 64 hex digits, got {p['sha256']!r}")
+    if p["url"]:
+        check_transport(p["url"], p["headers"], p["allow_insecure_transport"])
     ddir, name = os.path.split(dest)
     check_name(name)
     probe = p["state"] == "probe"
@@ -448,20 +551,14 @@ def _in_place(dfd, dpath, name, want, *, verify_existing, owners, modify, result
 
 
 def _download(p, dfd, part, pfd, have, *, check_space, result):
-    headers = dict(p["headers"] or {})
     total = p["size"]
     try:
-        head = open_url(
-            p["url"],
-            method="HEAD",
-            headers=headers,
-            timeout=p["timeout"],
-            validate_certs=p["validate_certs"],
-            follow_redirects="all",
-        )
+        head = open_following(p, "HEAD")
         length = head.headers.get("Content-Length")
         if length and length.isdigit():
             total = int(length)
+    except FetchError as e:  # a refused redirect: the GET would meet it too
+        raise FetchError(str(e), result) from e
     except Exception as e:  # some servers refuse HEAD; the size then comes from GET
         result["head_error"] = str(e)
     if total is not None and have > total:
@@ -470,16 +567,10 @@ def _download(p, dfd, part, pfd, have, *, check_space, result):
     check_space(total, have)
     if total is not None and have >= total:
         return pfd, have
-    if have:
-        headers["Range"] = f"bytes={have}-"
     try:
-        resp = open_url(
-            p["url"],
-            headers=headers,
-            timeout=p["timeout"],
-            validate_certs=p["validate_certs"],
-            follow_redirects="all",
-        )
+        resp = open_following(p, "GET", {"Range": f"bytes={have}-"} if have else None)
+    except FetchError as e:
+        raise FetchError(str(e), result) from e
     except Exception as e:  # reported to the user
         if getattr(e, "code", None) == 416 and have:
             return pfd, have  # the partial file is already complete
@@ -510,6 +601,7 @@ ARGUMENT_SPEC = {
     "sha256": {"type": "str"},
     "url": {"type": "str"},
     "headers": {"type": "dict", "no_log": True},
+    "allow_insecure_transport": {"type": "bool", "default": False},
     "timeout": {"type": "int", "default": 60},
     "validate_certs": {"type": "bool", "default": True},
     "size": {"type": "int"},

@@ -96,6 +96,46 @@ def unit_environment(environment: Any, instance: str = "?") -> list[str]:
     return out
 
 
+_IP_ALLOW = re.compile(r"(any|localhost|link-local|multicast|[0-9a-fA-F.:]+(/[0-9]{1,3})?)\Z")
+
+
+def is_loopback(host: Any) -> bool:
+    """Whether a --host value is a loopback address (127.0.0.0/8, ::1, localhost)."""
+    text = str(host).strip("[]")
+    return text in ("localhost", "::1") or text.startswith("127.")
+
+
+def ip_allow(networks: Any, instance: str = "?", host: Any = "127.0.0.1") -> list[str]:
+    """The IPAddressAllow= entries of an instance besides localhost: a list of addresses, CIDR
+    ranges or systemd's names (any, localhost, link-local, multicast). An instance that listens
+    beyond loopback must name its client networks (the unit drops every other packet)."""
+    purpose = f"instance {instance!r}: ip_allow (llama_server_ip_allow)"
+    if isinstance(networks, (str, bytes)) or not isinstance(networks, (list, tuple)):
+        raise AnsibleFilterError(
+            f"{purpose} must be a list such as ['10.0.0.0/8', '192.168.1.0/24']; got {networks!r}"
+        )
+    out = []
+    for net in networks:
+        text = str(net)
+        if not _IP_ALLOW.match(text):
+            raise AnsibleFilterError(
+                f"{purpose}: {text!r} is not an address, a CIDR range (10.0.0.0/8, fd00::/8) "
+                "or one of any, localhost, link-local, multicast"
+            )
+        out.append(text)
+    listen = str(host).strip("[]")
+    own = listen not in ("0.0.0.0", "::") and not is_loopback(listen)
+    if out and own and _IP_ALLOW.match(listen):
+        out.append(listen)  # the host's own requests to that address (the role's health check)
+    if not out and not is_loopback(host):
+        raise AnsibleFilterError(
+            f"{purpose}: the instance listens on {host} but names no client networks; its unit "
+            "drops every packet except from localhost (IPAddressDeny=any). List the networks of "
+            "its clients (e.g. ip_allow: ['10.0.0.0/8']), or ['any'] to serve every address."
+        )
+    return out
+
+
 def llamafleet_argv(instance: dict[str, Any]) -> list[str]:
     """Render an instance mapping (model, host, port, args, extra_args) to an argv list."""
     if _IMPORT_ERROR is not None:
@@ -129,4 +169,5 @@ class FilterModule:
             "llamafleet_unit_value": unit_value,
             "llamafleet_unit_line": unit_line,
             "llamafleet_unit_environment": unit_environment,
+            "llamafleet_ip_allow": ip_allow,
         }
