@@ -49,14 +49,16 @@ PY
 
 metrics() { # "evaluated cached seconds" from the server's /metrics (with the user's key)
   python3 - "$SETTINGS" "$TARGET" <<'PY'
-import json, sys, urllib.request
+import json, ssl, sys, urllib.request
 env = {}
 for path in sys.argv[1:]:
     env.update(json.load(open(path)).get("env", {}))
 req = urllib.request.Request(env["ANTHROPIC_BASE_URL"].rstrip("/") + "/metrics",
                              headers={"Authorization": "Bearer " + env["ANTHROPIC_AUTH_TOKEN"]})
+# an https server: trust the CA the role gave Claude Code (NODE_EXTRA_CA_CERTS)
+ctx = ssl.create_default_context(cafile=env.get("NODE_EXTRA_CA_CERTS") or None)
 vals = {}
-for line in urllib.request.urlopen(req, timeout=30).read().decode().splitlines():
+for line in urllib.request.urlopen(req, timeout=30, context=ctx).read().decode().splitlines():
     if line.startswith("llamacpp:"):
         name, value = line.split()[:2]
         vals[name] = float(value)

@@ -32,19 +32,24 @@ def _need_llamafleet() -> None:
 
 def llamafleet_unit_server(text: str, path: str = "unit.service") -> dict[str, Any]:
     """The llama-server a unit runs: host, port, connect_host (where a client on the same host
-    connects), model and ctx_size (None when unset). Empty when the unit has no ExecStart=."""
+    connects), model, ctx_size (None when unset) and, for a server with --ssl-cert-file and
+    --ssl-key-file, scheme `https` (absent: http). Empty when the unit has no ExecStart=."""
     _need_llamafleet()
     server = parse_unit(text, path, NEVER).server
     if server is None:
         return {}
     host, port = server_address(server)
-    return {
+    out: dict[str, Any] = {
         "host": host,
         "port": port,
         "connect_host": "127.0.0.1" if host in _ANY else host,
         "model": server.value("--model"),
         "ctx_size": server.int_value("--ctx-size"),
     }
+    # llama-server serves https only with both (and a build with OpenSSL); no key: http
+    if server.value("--ssl-cert-file") and server.value("--ssl-key-file"):
+        out["scheme"] = "https"
+    return out
 
 
 def llamafleet_client_base_url(user_text: str, managed_text: str | None = None) -> str:

@@ -38,7 +38,11 @@ def test_settings_file_modes(host):
 def test_owned_keys(host, server):
     s = settings(host)
     env = s["env"]
-    assert env["ANTHROPIC_BASE_URL"] == f"http://{SERVER_IP}:8080"
+    # the server listens on the bridge: TLS, with its host's CA installed for Claude Code
+    assert env["ANTHROPIC_BASE_URL"] == f"https://{SERVER_IP}:8080"
+    ca = host.file(env["NODE_EXTRA_CA_CERTS"])
+    assert ca.user == "root" and ca.mode == 0o644
+    assert ca.content_string.startswith("-----BEGIN CERTIFICATE-----")
     assert env["CLAUDE_CODE_ATTRIBUTION_HEADER"] == "0"
     assert env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1"
     assert int(env["API_TIMEOUT_MS"]) >= 600000
@@ -82,7 +86,7 @@ def test_managed_settings_without_the_key(host):
     f = host.file(MANAGED)
     assert f.user == "root" and f.mode == 0o644
     env = settings(host, MANAGED)["env"]
-    assert env["ANTHROPIC_BASE_URL"] == f"http://{SERVER_IP}:8080"
+    assert env["ANTHROPIC_BASE_URL"] == f"https://{SERVER_IP}:8080"
     assert env["CLAUDE_CODE_ATTRIBUTION_HEADER"] == "0"
     assert "ANTHROPIC_AUTH_TOKEN" not in env
 

@@ -10,3 +10,28 @@ testinfra_hosts = ["ansible://lf-claude-server"]
 def test_server_listens_on_its_bridge_address(host):
     assert host.service("llama-server-main.service").is_running
     assert host.socket(f"tcp://{NET}.31:8080").is_listening
+
+
+def _get(host, url, cafile=None):
+    """GET url from the host itself with Python (curl is not installed); the status or the error."""
+    ctx = f"ssl.create_default_context(cafile={cafile!r})" if cafile else "None"
+    code = (
+        "import ssl, urllib.request\n"
+        "try:\n"
+        f"    r = urllib.request.urlopen({url!r}, timeout=10, context={ctx})\n"
+        "    print(r.status)\n"
+        "except Exception as e:\n"
+        "    print(type(e).__name__, e)\n"
+    )
+    return host.run(f"python3 -c {code!r}").stdout.strip()
+
+
+def test_server_speaks_tls_with_the_role_ca(host):
+    # not on loopback: llama_server_tls auto serves https with a certificate of the host's own CA
+    url = f"https://{NET}.31:8080/health"
+    assert _get(host, url, "/etc/llamafleet/tls/ca.crt") == "200"
+    # not trusted without the CA, and no clear-text HTTP on the port
+    assert "CERTIFICATE_VERIFY_FAILED" in _get(host, url)
+    assert _get(host, f"http://{NET}.31:8080/health") != "200"
+    unit = host.file("/etc/systemd/system/llama-server-main.service").content_string
+    assert "--ssl-key-file %d/tls-key" in unit and "--ssl-cert-file %d/tls-cert" in unit

@@ -61,8 +61,9 @@ def test_manifest(host):
     assert opts["BUILD_SHARED_LIBS"] == "OFF"
     assert opts["LLAMA_BUILD_NUMBER"] == "2"
     for off in ("LLAMA_BUILD_TESTS", "LLAMA_BUILD_EXAMPLES", "LLAMA_BUILD_UI", "LLAMA_BUILD_WEBUI",
-                "LLAMA_USE_PREBUILT_UI", "LLAMA_OPENSSL"):
+                "LLAMA_USE_PREBUILT_UI"):
         assert opts[off] == "OFF"
+    assert opts["LLAMA_OPENSSL"] == "ON"
     assert opts["GGML_CCACHE"] == "ON"
     assert "--ctx-size" in host.file(m["help_file"]).content_string
     prev = manifest(host, "previous")

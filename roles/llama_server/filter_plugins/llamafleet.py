@@ -5,6 +5,7 @@ structure: a newline in a rendered value would start a new line (a `[Service]` s
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -136,6 +137,62 @@ def ip_allow(networks: Any, instance: str = "?", host: Any = "127.0.0.1") -> lis
     return out
 
 
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+#: a DNS name (labels of letters, digits, dashes, underscores), nothing that could end the
+#: subjectAltName entry of an OpenSSL extension file (comma, space, newline)
+_LABEL = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,62}"
+_DNS_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\.?\Z")
+#: in every instance certificate: the role's own requests go to 127.0.0.1 (connect_host)
+TLS_LOOPBACK_SANS = ("IP:127.0.0.1", "IP:::1", "DNS:localhost")
+
+
+def tls_on(setting: Any, host: Any = "127.0.0.1", purpose: str = "llama_server_tls") -> bool:
+    """Whether an instance serves TLS: `setting` is llama_server_tls (auto, true, false) or an
+    instance's `tls`; auto means TLS for an instance that does not listen on loopback (nor on a
+    Unix socket)."""
+    if isinstance(setting, bool):
+        return setting
+    text = str(setting).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    if text == "auto":
+        listen = str(host)
+        return not (is_loopback(listen) or listen.endswith(".sock"))
+    raise AnsibleFilterError(f"{purpose} must be auto, true or false; got {setting!r}")
+
+
+def tls_sans(names: Any, instance: str = "?") -> list[str]:
+    """The subjectAltName entries of an instance certificate: 127.0.0.1, ::1 and localhost (the
+    role's own requests), then each of `names` (listen address, ansible_host, FQDN, ...) as
+    `IP:` or `DNS:`, without duplicates, in order. Empty names, wildcard addresses and socket
+    paths are skipped; anything that is neither an IP address nor a DNS name is refused."""
+    purpose = f"instance {instance!r}: TLS certificate name"
+    if isinstance(names, (str, bytes)) or not isinstance(names, (list, tuple)):
+        raise AnsibleFilterError(f"{purpose}s: expected a list, got {names!r}")
+    out = list(TLS_LOOPBACK_SANS)
+    for name in names:
+        if name is None:
+            continue
+        text = str(name).strip().strip("[]")
+        if not text or text in ("0.0.0.0", "::") or text.endswith(".sock"):
+            continue
+        try:
+            entry = f"IP:{ipaddress.ip_address(text).compressed}"
+        except ValueError:
+            if not _DNS_NAME.match(text):
+                raise AnsibleFilterError(
+                    f"{purpose}: {text!r} is neither an IP address nor a DNS name "
+                    "(llama_server_tls_sans, ansible_host, the listen address)"
+                ) from None
+            entry = "DNS:" + text.rstrip(".").lower()
+        if entry not in out:
+            out.append(entry)
+    return out
+
+
 def llamafleet_argv(instance: dict[str, Any]) -> list[str]:
     """Render an instance mapping (model, host, port, args, extra_args) to an argv list."""
     if _IMPORT_ERROR is not None:
@@ -170,4 +227,6 @@ class FilterModule:
             "llamafleet_unit_line": unit_line,
             "llamafleet_unit_environment": unit_environment,
             "llamafleet_ip_allow": ip_allow,
+            "llamafleet_tls_on": tls_on,
+            "llamafleet_tls_sans": tls_sans,
         }

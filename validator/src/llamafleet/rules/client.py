@@ -1,4 +1,4 @@
-"""Rules on Claude Code settings (CC001-CC009)."""
+"""Rules on Claude Code settings (CC001-CC010)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from llamafleet.rules import Context, Hit, rule
-from llamafleet.rules.server import slots
+from llamafleet.rules.server import is_loopback, slots
 from llamafleet.settings import TOKEN_KEYS, Client, SettingsFile, truthy
 
 #: Keys that only work inside "env" (prefixes).
@@ -263,3 +263,27 @@ def title_request(ctx: Context) -> Iterator[Hit]:
                     "detail": "; on a one-slot server it evicts the main prompt",
                 },
             )
+
+
+@rule("CC010")
+def key_over_plain_http(ctx: Context) -> Iterator[Hit]:
+    for c in ctx.clients:
+        v = c.base_url()
+        if v is None or not isinstance(v.value, str) or not c.is_third_party():
+            continue
+        parts = urlsplit(v.value.strip())
+        host = parts.hostname or ""
+        if parts.scheme != "http" or not host or is_loopback(host):
+            continue
+        sent = [k for k in TOKEN_KEYS if (t := c.env(k)) is not None and str(t.value).strip()]
+        if not sent and c.setting("apiKeyHelper") is not None:
+            sent = ["the apiKeyHelper's key"]
+        if not sent:
+            continue
+        file, line = _where(c, "ANTHROPIC_BASE_URL")
+        https = urlunsplit(("https", parts.netloc, parts.path, parts.query, parts.fragment))
+        yield Hit(
+            file,
+            line,
+            {"base_url": v.value.strip(), "host": host, "key": sent[0], "https_url": https},
+        )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from llamafleet.argv import ServerConfig
@@ -32,17 +33,50 @@ def _matches(url_host: str, url_port: int, cfg: ServerConfig) -> bool:
     return url_host.strip("[]").lower() == host.strip("[]").lower()
 
 
-def _client_url(c: Client) -> tuple[str, int, str, int, str] | None:
+def serves_tls(cfg: ServerConfig) -> bool:
+    """llama-server serves https only when given both a key and a certificate (and built with
+    OpenSSL); with one of them alone it serves plain http."""
+    return bool(cfg.value("--ssl-cert-file")) and bool(cfg.value("--ssl-key-file"))
+
+
+def server_url(cfg: ServerConfig, host: str | None = None) -> str:
+    h, p = server_address(cfg)
+    h = host or h
+    if ":" in h and not h.startswith("["):
+        h = f"[{h}]"
+    return f"{'https' if serves_tls(cfg) else 'http'}://{h}:{p}"
+
+
+@dataclass
+class ClientURL:
+    scheme: str  # "http" or "https" (lower case)
+    host: str  # without brackets, lower case
+    port: int  # the URL's port, else 443 for https and 80 for http
+    file: str
+    line: int
+    value: str
+
+
+def client_url(c: Client) -> ClientURL | None:
+    """The client's ANTHROPIC_BASE_URL split up, or None when it has none, it goes to
+    Anthropic's API, or it is not an http(s) URL with a valid port."""
     v = c.base_url()
     if v is None or not isinstance(v.value, str) or not c.is_third_party():
         return None
     parts = urlsplit(v.value.strip())
+    if parts.scheme not in ("http", "https"):
+        return None
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
         return None
     file = v.file.path if v.file else "<environment>"
-    return parts.hostname or "", port, file, v.line, v.value
+    return ClientURL(parts.scheme, parts.hostname or "", port, file, v.line, v.value)
+
+
+def _client_url(c: Client) -> tuple[str, int, str, int, str] | None:
+    u = client_url(c)
+    return None if u is None else (u.host, u.port, u.file, u.line, u.value)
 
 
 @rule("XC001")
@@ -51,26 +85,46 @@ def client_server_mismatch(ctx: Context) -> Iterator[Hit]:
     if not servers:
         return
     for c in ctx.clients:
-        url = _client_url(c)
+        url = client_url(c)
         if url is None:
             continue
-        host, port, file, line, base = url
-        if any(_matches(host, port, s) for s in servers):
+        host, port, file, line, base = url.host, url.port, url.file, url.line, url.value
+        reached = [s for s in servers if _matches(host, port, s)]
+        if any(("https" if serves_tls(s) else "http") == url.scheme for s in reached):
             continue
-        listed = ", ".join("{}:{}".format(*server_address(s)) for s in servers)
-        h, p = server_address(servers[0])
+        listed = ", ".join(server_url(s) for s in servers)
+        if reached:
+            # the right address and port, the wrong scheme: TLS handshake against plain http
+            # (or plain http against a TLS listener) fails on every request
+            s = reached[0]
+            want = server_url(s, host if host else None)
+            if serves_tls(s):
+                remedy = (
+                    f"The server serves TLS (--ssl-cert-file): set ANTHROPIC_BASE_URL to {want} "
+                    "(no /v1) and let Claude Code trust the CA that signed its certificate "
+                    "(env NODE_EXTRA_CA_CERTS=<CA file>; the claude_code role installs it)."
+                )
+            else:
+                remedy = (
+                    f"The server serves plain http (no --ssl-cert-file/--ssl-key-file): set "
+                    f"ANTHROPIC_BASE_URL to {want} (no /v1), or give the server a certificate "
+                    "(llama_server_tls) and keep https."
+                )
+            yield Hit(file, line, {"base_url": base, "servers": listed, "remedy": remedy})
+            continue
+        h, _ = server_address(servers[0])
         if h in ("0.0.0.0", "::"):
             h = host
         if not is_loopback(host) and all(is_loopback(server_address(s)[0]) for s in servers):
             # a client on another machine cannot reach a loopback-only server at any URL
             remedy = (
                 f"The server listens on {h} only: run Claude Code on the server's host with "
-                f"ANTHROPIC_BASE_URL=http://{h}:{p}, or make the server listen on an address "
-                "this client reaches (--host, with --api-key-file) and point ANTHROPIC_BASE_URL "
-                "there (no /v1)."
+                f"ANTHROPIC_BASE_URL={server_url(servers[0])}, or make the server listen on an "
+                "address this client reaches (--host, with --api-key-file) and point "
+                "ANTHROPIC_BASE_URL there (no /v1)."
             )
         else:
-            remedy = f"Set ANTHROPIC_BASE_URL to http://{h}:{p} (no /v1)."
+            remedy = f"Set ANTHROPIC_BASE_URL to {server_url(servers[0], h)} (no /v1)."
         yield Hit(file, line, {"base_url": base, "servers": listed, "remedy": remedy})
 
 
