@@ -35,3 +35,11 @@ def test_server_speaks_tls_with_the_role_ca(host):
     assert _get(host, f"http://{NET}.31:8080/health") != "200"
     unit = host.file("/etc/systemd/system/llama-server-main.service").content_string
     assert "--ssl-key-file %d/tls-key" in unit and "--ssl-cert-file %d/tls-cert" in unit
+
+
+def test_tls_files_are_root_only(host):
+    d = host.file("/etc/llamafleet/tls")
+    assert d.user == "root" and d.mode == 0o700
+    for name, mode in (("ca.key", 0o600), ("ca.crt", 0o644), ("main.key", 0o600)):
+        f = host.file(f"/etc/llamafleet/tls/{name}")
+        assert f.user == "root" and f.mode == mode, name
