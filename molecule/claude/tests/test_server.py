@@ -1,6 +1,7 @@
 """Verify the claude scenario's server: llama-server listens on the bridge address for the client."""
 
 import os
+import shlex
 
 NET = os.environ.get("LLAMAFLEET_NET", "10.131.7")
 
@@ -23,7 +24,7 @@ def _get(host, url, cafile=None):
         "except Exception as e:\n"
         "    print(type(e).__name__, e)\n"
     )
-    return host.run(f"python3 -c {code!r}").stdout.strip()
+    return host.run("python3 -c " + shlex.quote(code)).stdout.strip()
 
 
 def test_server_speaks_tls_with_the_role_ca(host):
