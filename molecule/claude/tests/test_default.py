@@ -4,6 +4,7 @@ real Claude Code CLI against the real llama-server (prompt-cache reuse with the 
 import json
 import os
 import re
+import shlex
 import subprocess
 
 import pytest
@@ -50,8 +51,34 @@ def test_owned_keys(host, server):
               "ANTHROPIC_DEFAULT_HAIKU_MODEL"):
         assert env[k] == "main"
     assert s["includeGitInstructions"] is False
-    key = server.check_output("cat /etc/llamafleet/keys/main.key").strip()
-    assert env["ANTHROPIC_AUTH_TOKEN"] == key
+    own = server.check_output("cat /etc/llamafleet/keys/main.clients/lf-claude-client__dev.key").strip()
+    assert env["ANTHROPIC_AUTH_TOKEN"] == own
+
+
+def _status(host, url, key, cafile):
+    """HTTP status of GET url with a bearer key, from the host itself (Python: no curl there)."""
+    code = (
+        "import ssl, urllib.request, urllib.error\n"
+        f"req = urllib.request.Request({url!r}, headers={{'Authorization': 'Bearer ' + {key!r}}})\n"
+        "try:\n"
+        f"    print(urllib.request.urlopen(req, timeout=10, context=ssl.create_default_context(cafile={cafile!r})).status)\n"
+        "except urllib.error.HTTPError as e:\n"
+        "    print(e.code)\n"
+    )
+    return host.run("python3 -c " + shlex.quote(code)).stdout.strip()
+
+
+def test_dev_has_its_own_key_and_the_server_accepts_it(host, server):
+    env = settings(host)["env"]
+    token = env["ANTHROPIC_AUTH_TOKEN"]
+    instance = server.check_output("cat /etc/llamafleet/keys/main.key").strip()
+    assert token and token != instance
+    assert server.check_output("cat /etc/llamafleet/keys/main.keys").split() == [instance, token]
+    assert server.file("/etc/llamafleet/keys/main.keys").mode == 0o600
+    assert server.file("/etc/llamafleet/keys/main.clients").mode == 0o700
+    url = f"https://{SERVER_IP}:8080/props"  # /props needs a key (/v1/models does not)
+    for key, want in ((token, "200"), (instance, "200"), ("not-a-key", "401")):
+        assert _status(host, url, key, env["NODE_EXTRA_CA_CERTS"]) == want, (key == token, want)
 
 
 def test_users_own_settings_survive(host):

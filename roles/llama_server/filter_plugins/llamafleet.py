@@ -137,6 +137,45 @@ def ip_allow(networks: Any, instance: str = "?", host: Any = "127.0.0.1") -> lis
     return out
 
 
+_CLIENT_NAME = re.compile(r"[A-Za-z0-9_.@/-]{1,200}\Z")
+
+
+def client_key_file(name: Any) -> str:
+    """The file name of a client key in `<instance>.clients/`: the name with `/` replaced by
+    `__`, plus `.key`."""
+    return str(name).replace("/", "__") + ".key"
+
+
+def client_keys(names: Any, instance: str = "?") -> list[str]:
+    """The client names of an instance (`client_keys`, else llama_server_client_keys): a list of
+    unique names of letters, digits and `_ . @ / -` (such as `host/user`), each one its own key
+    file, so two names may not map to the same file (`a/b` and `a__b`)."""
+    purpose = f"instance {instance!r}: client_keys (llama_server_client_keys)"
+    if isinstance(names, (str, bytes)) or not isinstance(names, (list, tuple)):
+        raise AnsibleFilterError(
+            f"{purpose} must be a list of client names such as ['workstation/alice']; got {names!r}"
+        )
+    out: list[str] = []
+    files: dict[str, str] = {}
+    for name in names:
+        if not isinstance(name, str) or not _CLIENT_NAME.match(name):
+            raise AnsibleFilterError(
+                f"{purpose}: {name!r} is not a client name (1 to 200 letters, digits and "
+                "_ . @ / -, e.g. 'workstation/alice')"
+            )
+        f = client_key_file(name)
+        if files.get(f) == name:
+            raise AnsibleFilterError(f"{purpose}: {name!r} is listed twice")
+        if f in files:
+            raise AnsibleFilterError(
+                f"{purpose}: {name!r} and {files[f]!r} would share the key file {f} "
+                "(a / becomes __); give each client one distinct name"
+            )
+        files[f] = name
+        out.append(name)
+    return out
+
+
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
 #: a DNS name (labels of letters, digits, dashes, underscores), nothing that could end the
@@ -229,4 +268,6 @@ class FilterModule:
             "llamafleet_ip_allow": ip_allow,
             "llamafleet_tls_on": tls_on,
             "llamafleet_tls_sans": tls_sans,
+            "llamafleet_client_keys": client_keys,
+            "llamafleet_client_key_file": client_key_file,
         }

@@ -128,20 +128,34 @@ def client_server_mismatch(ctx: Context) -> Iterator[Hit]:
         yield Hit(file, line, {"base_url": base, "servers": listed, "remedy": remedy})
 
 
-def server_key(
+def server_keys(
     cfg: ServerConfig, referenced: ReferencedFiles | None = None
-) -> tuple[bool, str | None]:
-    """(requires a key?, the key if it can be read). An ``--api-key-file`` is opened only as the
-    ``referenced`` policy allows (default: never; the key is then unknown)."""
-    key = cfg.value("--api-key") or (cfg.env.get("LLAMA_API_KEY", ("", 0))[0] or None)
-    if key:
-        return True, key.split(",")[0]
+) -> tuple[bool, list[str] | None]:
+    """(requires a key?, every key it accepts if all can be read). llama-server accepts each
+    comma-separated key of ``--api-key`` (or ``LLAMA_API_KEY``) and each non-empty line of an
+    ``--api-key-file`` (per-client keys: one a line). The file is opened only as the
+    ``referenced`` policy allows (default: never); when it cannot be read the keys are unknown."""
+    inline = cfg.value("--api-key") or (cfg.env.get("LLAMA_API_KEY", ("", 0))[0] or None)
+    keys = [k for k in inline.split(",") if k] if inline else []
     kf = cfg.value("--api-key-file")
     if kf:
         text = (referenced or NEVER).read(kf)
-        first = text.splitlines()[0].strip() if text else ""
-        return True, first or None
-    return False, None
+        lines = [line.strip() for line in text.splitlines()] if text else []
+        lines = [line for line in lines if line]
+        if not lines:
+            return True, None
+        keys += lines
+    if not inline and not kf:
+        return False, None
+    return True, keys or None
+
+
+def server_key(
+    cfg: ServerConfig, referenced: ReferencedFiles | None = None
+) -> tuple[bool, str | None]:
+    """(requires a key?, its first key if it can be read); see server_keys for all of them."""
+    required, keys = server_keys(cfg, referenced)
+    return required, keys[0] if keys else None
 
 
 @rule("XC002")
@@ -155,14 +169,14 @@ def client_missing_key(ctx: Context) -> Iterator[Hit]:
         for s in servers:
             if not _matches(host, port, s):
                 continue
-            required, key = server_key(s, ctx.referenced)
+            required, keys = server_keys(s, ctx.referenced)
             if not required:
                 continue
             sent = c.tokens()
             name = f"{s.path} ({'{}:{}'.format(*server_address(s))})"
             if not sent and c.setting("apiKeyHelper") is None:
                 yield Hit(file, line, {"server": name, "detail": "sends none"})
-            elif key is not None and sent and key not in sent:
+            elif keys is not None and sent and not any(k in sent for k in keys):
                 yield Hit(
                     file,
                     line,
