@@ -4,9 +4,13 @@ import importlib.util
 import io
 import json
 import os
-from collections.abc import Sequence
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -47,12 +51,104 @@ def cli() -> Any:
     return run_cli
 
 
+def role_module_utils(role: Path) -> None:
+    """Make a role's module_utils importable as ``ansible.module_utils.NAME``, where Ansible finds
+    them for the role's own modules."""
+    pytest.importorskip("ansible")
+    import ansible.module_utils
+
+    utils = str(role / "module_utils")
+    if utils not in ansible.module_utils.__path__:
+        ansible.module_utils.__path__.append(utils)
+
+
 def load_ansible_plugin(path: Path) -> ModuleType:
     """Import a module or plugin file of the repository's roles or playbooks by its path (they
-    import Ansible, so the test is skipped without it)."""
+    import Ansible, so the test is skipped without it). A role module's module_utils are found as
+    Ansible finds them."""
     pytest.importorskip("ansible")
+    if path.parent.name == "library" and (path.parent.parent / "module_utils").is_dir():
+        role_module_utils(path.parent.parent)
     spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+@pytest.fixture
+def open_tmp() -> Iterator[Path]:
+    """A fresh root-owned 0755 directory: another uid can enter it (pytest's tmp_path lies below a
+    0700 directory), and nothing in it is shared with another test."""
+    d = Path(tempfile.mkdtemp(prefix="lf-test-"))
+    os.chmod(d, 0o755)
+    yield d
+    shutil.rmtree(d)
+
+
+class ModelServer:
+    """A local HTTP server (127.0.0.1, a free port) for download tests: serves ``files`` with
+    Range requests (206, 416 past the end), answers ``redirects`` (path -> (code, Location)) and
+    records each request as (method, path, headers)."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+        self.redirects: dict[str, tuple[int, str]] = {}
+        self.log: list[tuple[str, str, dict[str, str]]] = []
+        srv = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self, body: bool) -> None:
+                path = self.path.split("?")[0]
+                srv.log.append((self.command, self.path, dict(self.headers.items())))
+                if path in srv.redirects:
+                    code, location = srv.redirects[path]
+                    self.send_response(code)
+                    self.send_header("Location", location)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                data = srv.files.get(path)
+                if data is None:
+                    self.send_error(404)
+                    return
+                start = 0
+                rng = self.headers.get("Range")
+                if rng and rng.startswith("bytes=") and rng.endswith("-"):
+                    start = int(rng[6:-1])
+                    if start >= len(data):
+                        self.send_error(416)
+                        return
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                else:
+                    self.send_response(200)
+                self.send_header("Content-Length", str(len(data) - start))
+                self.end_headers()
+                if body:
+                    self.wfile.write(data[start:])
+
+            def do_GET(self) -> None:
+                self._answer(True)
+
+            def do_HEAD(self) -> None:
+                self._answer(False)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def saw(self, name: str) -> list[tuple[str, str]]:
+        """(method, path) of the requests that carried header `name`."""
+        return [(m, p) for m, p, h in self.log if name.lower() in (k.lower() for k in h)]
+
+    def gets(self) -> list[tuple[str, str, str | None]]:
+        """(method, path, Range header) of the GET requests."""
+        return [(m, p, h.get("Range")) for m, p, h in self.log if m == "GET"]
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -11,18 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-import tempfile
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-from conftest import load_ansible_plugin
+from conftest import ModelServer, load_ansible_plugin
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "gguf_models"
 TOKEN = "Bearer hf_secret_token_value"
@@ -38,94 +34,27 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the modul
 
 @pytest.fixture(scope="module")
 def fetch_mod() -> ModuleType:
-    pytest.importorskip("ansible")
-    import ansible.module_utils
-
-    utils = str(ROLE / "module_utils")
-    if utils not in ansible.module_utils.__path__:
-        ansible.module_utils.__path__.append(utils)
     return load_ansible_plugin(ROLE / "library" / "gguf_fetch.py")
 
 
-class Server:
-    """Serves `files` (with Range), answers `redirects` (path -> (code, Location)) and records
-    every request: (method, path, headers)."""
-
-    def __init__(self) -> None:
-        self.files: dict[str, bytes] = {}
-        self.redirects: dict[str, tuple[int, str]] = {}
-        self.log: list[tuple[str, str, dict[str, str]]] = []
-        srv = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _answer(self, body: bool) -> None:
-                path = self.path.split("?")[0]
-                srv.log.append((self.command, self.path, dict(self.headers.items())))
-                if path in srv.redirects:
-                    code, location = srv.redirects[path]
-                    self.send_response(code)
-                    self.send_header("Location", location)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                data = srv.files.get(path)
-                if data is None:
-                    self.send_error(404)
-                    return
-                start = 0
-                rng = self.headers.get("Range")
-                if rng and rng.startswith("bytes=") and rng.endswith("-"):
-                    start = int(rng[6:-1])
-                    self.send_response(206)
-                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-                else:
-                    self.send_response(200)
-                self.send_header("Content-Length", str(len(data) - start))
-                self.end_headers()
-                if body:
-                    self.wfile.write(data[start:])
-
-            def do_GET(self) -> None:
-                self._answer(True)
-
-            def do_HEAD(self) -> None:
-                self._answer(False)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def saw(self, name: str) -> list[tuple[str, str]]:
-        """(method, path) of the requests that carried header `name`."""
-        return [(m, p) for m, p, h in self.log if name.lower() in (k.lower() for k in h)]
-
-
 @pytest.fixture
-def hub() -> Iterator[Server]:
-    srv = Server()
+def hub() -> Iterator[ModelServer]:
+    srv = ModelServer()
     yield srv
-    srv.httpd.shutdown()
-    srv.httpd.server_close()
+    srv.close()
 
 
 @pytest.fixture
-def cdn() -> Iterator[Server]:
-    srv = Server()
+def cdn() -> Iterator[ModelServer]:
+    srv = ModelServer()
     srv.files["/blob/tiny.gguf"] = MODEL
     yield srv
-    srv.httpd.shutdown()
-    srv.httpd.server_close()
+    srv.close()
 
 
 @pytest.fixture
-def mdir() -> Iterator[Path]:
-    top = Path(tempfile.mkdtemp(prefix="lf-redir-"))
-    os.chmod(top, 0o755)
-    yield top / "models" / "m"
-    shutil.rmtree(top)
+def mdir(open_tmp: Path) -> Path:
+    return open_tmp / "models" / "m"
 
 
 def fetch(fetch_mod: ModuleType, mdir: Path, url: str, **kw: Any) -> dict[str, Any]:
@@ -210,7 +139,7 @@ def test_token_over_plain_http_needs_the_switch(fetch_mod: ModuleType) -> None:
 
 @needs_root
 def test_plain_http_with_headers_is_refused_before_any_request(
-    fetch_mod: ModuleType, hub: Server, mdir: Path
+    fetch_mod: ModuleType, hub: ModelServer, mdir: Path
 ) -> None:
     hub.files["/tiny.gguf"] = MODEL
     with pytest.raises(fetch_mod.FetchError, match="plain http"):
@@ -222,7 +151,7 @@ def test_plain_http_with_headers_is_refused_before_any_request(
 @needs_root
 @pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
 def test_cross_origin_redirect_drops_the_headers(
-    fetch_mod: ModuleType, hub: Server, cdn: Server, mdir: Path, code: int
+    fetch_mod: ModuleType, hub: ModelServer, cdn: ModelServer, mdir: Path, code: int
 ) -> None:
     hub.redirects["/org/m/resolve/main/tiny.gguf"] = (
         code,
@@ -242,7 +171,7 @@ def test_cross_origin_redirect_drops_the_headers(
 
 @needs_root
 def test_resumed_download_through_the_cdn_keeps_range_drops_token(
-    fetch_mod: ModuleType, hub: Server, cdn: Server, mdir: Path
+    fetch_mod: ModuleType, hub: ModelServer, cdn: ModelServer, mdir: Path
 ) -> None:
     hub.redirects["/tiny.gguf"] = (302, cdn.url + "/blob/tiny.gguf")
     mdir.parent.mkdir(mode=0o755)
@@ -262,7 +191,7 @@ def test_resumed_download_through_the_cdn_keeps_range_drops_token(
 
 @needs_root
 def test_same_origin_redirect_keeps_the_headers(
-    fetch_mod: ModuleType, hub: Server, mdir: Path
+    fetch_mod: ModuleType, hub: ModelServer, mdir: Path
 ) -> None:
     hub.redirects["/old/tiny.gguf"] = (301, "/new/tiny.gguf")
     hub.files["/new/tiny.gguf"] = MODEL
@@ -274,7 +203,7 @@ def test_same_origin_redirect_keeps_the_headers(
 
 @needs_root
 def test_cdn_bouncing_elsewhere_never_gets_the_token(
-    fetch_mod: ModuleType, hub: Server, cdn: Server, mdir: Path
+    fetch_mod: ModuleType, hub: ModelServer, cdn: ModelServer, mdir: Path
 ) -> None:
     # hub -> cdn -> (another path of the cdn) -> file: no hop after the first gets the token
     hub.redirects["/tiny.gguf"] = (302, cdn.url + "/hop")
@@ -285,7 +214,7 @@ def test_cdn_bouncing_elsewhere_never_gets_the_token(
 
 @needs_root
 def test_redirect_loop_and_bad_scheme_fail_cleanly(
-    fetch_mod: ModuleType, hub: Server, mdir: Path
+    fetch_mod: ModuleType, hub: ModelServer, mdir: Path
 ) -> None:
     hub.redirects["/loop"] = (302, "/loop")
     with pytest.raises(fetch_mod.FetchError, match="redirects"):

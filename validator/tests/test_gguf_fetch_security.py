@@ -17,17 +17,14 @@ import shutil
 import signal
 import stat
 import struct
-import tempfile
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
 
 import pytest
 
-from conftest import load_ansible_plugin
+from conftest import ModelServer, load_ansible_plugin
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "gguf_models"
 UID = 64123  # the old owner (the service account of earlier versions)
@@ -40,13 +37,6 @@ pytestmark = [
 
 
 def _load(name: str) -> ModuleType:
-    """A module of the role; its module_utils are found where Ansible finds a role's."""
-    pytest.importorskip("ansible")
-    import ansible.module_utils
-
-    utils = str(ROLE / "module_utils")
-    if utils not in ansible.module_utils.__path__:
-        ansible.module_utils.__path__.append(utils)
     return load_ansible_plugin(ROLE / "library" / f"{name}.py")
 
 
@@ -86,67 +76,17 @@ MODEL = gguf_bytes()
 MODEL_SHA = hashlib.sha256(MODEL).hexdigest()
 
 
-class Server:
-    def __init__(self) -> None:
-        self.files: dict[str, bytes] = {"/tiny.gguf": MODEL}
-        self.log: list[tuple[str, str, str | None]] = []  # method, path, Range
-        files, log = self.files, self.log
-
-        class Handler(BaseHTTPRequestHandler):
-            def _answer(self, body: bool) -> None:
-                data = files.get(self.path.split("?")[0])
-                rng = self.headers.get("Range")
-                log.append((self.command, self.path, rng))
-                if data is None:
-                    self.send_error(404)
-                    return
-                start = 0
-                if rng and rng.startswith("bytes=") and rng.endswith("-"):
-                    start = int(rng[6:-1])
-                    if start >= len(data):
-                        self.send_error(416)
-                        return
-                    self.send_response(206)
-                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-                else:
-                    self.send_response(200)
-                self.send_header("Content-Length", str(len(data) - start))
-                self.end_headers()
-                if body:
-                    self.wfile.write(data[start:])
-
-            def do_GET(self) -> None:
-                self._answer(True)
-
-            def do_HEAD(self) -> None:
-                self._answer(False)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def gets(self) -> list[tuple[str, str, str | None]]:
-        return [e for e in self.log if e[0] == "GET"]
-
-
 @pytest.fixture(scope="module")
-def server() -> Iterator[Server]:
-    srv = Server()
+def server() -> Iterator[ModelServer]:
+    srv = ModelServer()
+    srv.files["/tiny.gguf"] = MODEL
     yield srv
-    srv.httpd.shutdown()
+    srv.close()
 
 
 @pytest.fixture
-def top() -> Iterator[Path]:
-    # a fresh root-owned directory below the (sticky) temporary directory
-    d = Path(tempfile.mkdtemp(prefix="lf-gguf-"))
-    os.chmod(d, 0o755)
-    yield d
-    shutil.rmtree(d)
+def top(open_tmp: Path) -> Path:
+    return open_tmp
 
 
 @pytest.fixture
@@ -155,7 +95,7 @@ def base(top: Path) -> Path:
 
 
 @pytest.fixture
-def placed(fetch_mod: ModuleType, server: Server, base: Path) -> Path:
+def placed(fetch_mod: ModuleType, server: ModelServer, base: Path) -> Path:
     """A models directory with one model placed (model "m", file tiny.gguf)."""
     place(fetch_mod, server, base)
     return base
@@ -193,7 +133,7 @@ def fingerprint(path: Path) -> tuple[int, int, int, int, bytes]:
 
 def place(
     fetch_mod: ModuleType,
-    server: Server,
+    server: ModelServer,
     base: Path,
     name: str = "m",
     check_mode: bool = False,
@@ -255,7 +195,7 @@ class Alarm:
 
 
 def test_download_verify_and_second_run_unchanged(
-    fetch_mod: ModuleType, server: Server, base: Path
+    fetch_mod: ModuleType, server: ModelServer, base: Path
 ) -> None:
     first = place(fetch_mod, server, base)
     assert first["changed"] and first["valid"] and first["sha256"] == MODEL_SHA
@@ -271,7 +211,7 @@ def test_download_verify_and_second_run_unchanged(
     assert not place(fetch_mod, server, base, check_mode=True)["changed"]
 
 
-def test_check_mode_changes_nothing(fetch_mod: ModuleType, server: Server, top: Path) -> None:
+def test_check_mode_changes_nothing(fetch_mod: ModuleType, server: ModelServer, top: Path) -> None:
     base = top / "models"
     res = place(fetch_mod, server, base, check_mode=True)
     assert res["changed"] and not res["valid"]
@@ -285,13 +225,17 @@ def test_check_mode_changes_nothing(fetch_mod: ModuleType, server: Server, top: 
     assert list(mdir.iterdir()) == []
 
 
-def test_wrong_checksum_leaves_nothing(fetch_mod: ModuleType, server: Server, base: Path) -> None:
+def test_wrong_checksum_leaves_nothing(
+    fetch_mod: ModuleType, server: ModelServer, base: Path
+) -> None:
     with pytest.raises(fetch_mod.FetchError, match=r"sha256 mismatch.*nothing was written"):
         place(fetch_mod, server, base, sha256="0" * 64)
     assert list((base / "m").iterdir()) == []
 
 
-def test_partial_download_is_resumed(fetch_mod: ModuleType, server: Server, base: Path) -> None:
+def test_partial_download_is_resumed(
+    fetch_mod: ModuleType, server: ModelServer, base: Path
+) -> None:
     mdir = base / "m"
     mdir.mkdir(parents=True)
     (mdir / "tiny.gguf.part").write_bytes(MODEL[:1000])
@@ -303,7 +247,7 @@ def test_partial_download_is_resumed(fetch_mod: ModuleType, server: Server, base
 
 
 def test_old_owners_partial_download_is_taken_over_and_resumed(
-    fetch_mod: ModuleType, server: Server, base: Path
+    fetch_mod: ModuleType, server: ModelServer, base: Path
 ) -> None:
     mdir = old_install(base)
     part = mdir / "tiny.gguf.part"
@@ -316,7 +260,7 @@ def test_old_owners_partial_download_is_taken_over_and_resumed(
 
 
 def test_old_owners_model_is_rehashed_and_taken_over(
-    fetch_mod: ModuleType, server: Server, base: Path
+    fetch_mod: ModuleType, server: ModelServer, base: Path
 ) -> None:
     mdir = old_install(base)
     model, side = mdir / "tiny.gguf", mdir / "tiny.gguf.sha256"
@@ -345,7 +289,9 @@ def test_old_owners_model_is_rehashed_and_taken_over(
 # --- attack 1: a symlinked model directory ------------------------------------------------------
 
 
-def test_symlinked_model_dir_is_refused(fetch_mod: ModuleType, server: Server, top: Path) -> None:
+def test_symlinked_model_dir_is_refused(
+    fetch_mod: ModuleType, server: ModelServer, top: Path
+) -> None:
     base = top / "models"
     base.mkdir()
     owned(base)
@@ -380,7 +326,7 @@ def test_symlinked_model_dir_is_refused(fetch_mod: ModuleType, server: Server, t
 
 
 def test_links_above_the_models_are_followed_only_when_root_owns_them(
-    fetch_mod: ModuleType, server: Server, top: Path
+    fetch_mod: ModuleType, server: ModelServer, top: Path
 ) -> None:
     real = top / "real"
     real.mkdir(mode=0o755)
@@ -394,7 +340,7 @@ def test_links_above_the_models_are_followed_only_when_root_owns_them(
 
 
 def test_models_dir_through_the_old_owners_link_is_refused(
-    fetch_mod: ModuleType, server: Server, top: Path
+    fetch_mod: ModuleType, server: ModelServer, top: Path
 ) -> None:
     """gguf_models_dir set to a path in the service account's own directory, where the models
     directory is that account's link to a root-owned directory."""
@@ -415,7 +361,7 @@ def test_models_dir_through_the_old_owners_link_is_refused(
 
 
 def test_directories_of_other_accounts_are_refused(
-    fetch_mod: ModuleType, server: Server, top: Path
+    fetch_mod: ModuleType, server: ModelServer, top: Path
 ) -> None:
     # an ancestor another account owns could swap everything below it
     above = top / "srv"
@@ -437,7 +383,7 @@ def test_directories_of_other_accounts_are_refused(
 
 
 def test_planted_temp_links_are_not_followed(
-    fetch_mod: ModuleType, server: Server, top: Path
+    fetch_mod: ModuleType, server: ModelServer, top: Path
 ) -> None:
     base = top / "models"
     mdir = old_install(base)
@@ -454,7 +400,9 @@ def test_planted_temp_links_are_not_followed(
     assert not place(fetch_mod, server, base)["changed"]
 
 
-def test_hardlink_at_part_is_not_written(fetch_mod: ModuleType, server: Server, top: Path) -> None:
+def test_hardlink_at_part_is_not_written(
+    fetch_mod: ModuleType, server: ModelServer, top: Path
+) -> None:
     base = top / "models"
     mdir = old_install(base)
     target = victim(top, data=MODEL[:100] + b"root's own bytes")  # looks like a partial download
@@ -467,7 +415,7 @@ def test_hardlink_at_part_is_not_written(fetch_mod: ModuleType, server: Server, 
     assert_root_layout(base)
 
 
-def test_fifo_at_part_does_not_hang(fetch_mod: ModuleType, server: Server, top: Path) -> None:
+def test_fifo_at_part_does_not_hang(fetch_mod: ModuleType, server: ModelServer, top: Path) -> None:
     base = top / "models"
     mdir = old_install(base)
     os.mkfifo(mdir / "tiny.gguf.part")
@@ -505,7 +453,7 @@ def test_probe_clears_temp_names_before_a_copy(fetch_mod: ModuleType, top: Path)
 
 @pytest.mark.parametrize("kind", ["symlink", "fifo", "hardlink"])
 def test_final_name_that_is_not_a_plain_file_is_refused(
-    fetch_mod: ModuleType, server: Server, top: Path, kind: str
+    fetch_mod: ModuleType, server: ModelServer, top: Path, kind: str
 ) -> None:
     base = top / "models"
     mdir = old_install(base)
@@ -601,7 +549,7 @@ def describe(meta_mod: ModuleType, base: Path, check_mode: bool = False, **kw: A
 
 
 def test_metadata_is_saved_root_owned_and_idempotent(
-    fetch_mod: ModuleType, meta_mod: ModuleType, server: Server, top: Path
+    fetch_mod: ModuleType, meta_mod: ModuleType, server: ModelServer, top: Path
 ) -> None:
     base = top / "models"
     mdir = old_install(base)

@@ -20,13 +20,6 @@ MODULE = (
 
 
 def _module() -> ModuleType:
-    pytest.importorskip("ansible")
-    import ansible.module_utils
-
-    # the role's module_utils, where Ansible finds them for the role's modules
-    utils = str(MODULE.parents[1] / "module_utils")
-    if utils not in ansible.module_utils.__path__:
-        ansible.module_utils.__path__.append(utils)
     return load_ansible_plugin(MODULE)
 
 

@@ -19,7 +19,7 @@ from types import ModuleType
 import pytest
 import yaml
 
-from conftest import load_ansible_plugin
+from conftest import load_ansible_plugin, role_module_utils
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "llama_cpp"
 NAME = "b9079-69d8e4be47-cpu-3f2a9c1d0e"
@@ -32,12 +32,7 @@ pytestmark = pytest.mark.skipif(
 
 def _utils() -> ModuleType:
     """The role's module_utils, found where Ansible finds a role's."""
-    pytest.importorskip("ansible")
-    import ansible.module_utils
-
-    path = str(ROLE / "module_utils")
-    if path not in ansible.module_utils.__path__:
-        ansible.module_utils.__path__.append(path)
+    role_module_utils(ROLE)
     return importlib.import_module("ansible.module_utils.llama_cpp_safetar")
 
 

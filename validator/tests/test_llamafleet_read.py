@@ -8,10 +8,8 @@ playbooks/audit.yml on a real test host with real accounts."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import stat
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -33,12 +31,9 @@ def mod() -> ModuleType:
 
 
 @pytest.fixture
-def tmp_path() -> Iterator[Path]:
+def tmp_path(open_tmp: Path) -> Path:
     # pytest's own tmp_path sits below a 0700 directory the other uid cannot enter
-    d = Path(tempfile.mkdtemp(prefix="lf-read-"))
-    os.chmod(d, 0o755)
-    yield d
-    shutil.rmtree(d)
+    return open_tmp
 
 
 @pytest.fixture
