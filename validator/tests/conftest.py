@@ -152,3 +152,24 @@ class ModelServer:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def server_filters() -> ModuleType:
+    """The llama_server role's filter plugin (the unit renderer and its value checks)."""
+    return load_ansible_plugin(
+        Path(__file__).resolve().parents[2]
+        / "roles"
+        / "llama_server"
+        / "filter_plugins"
+        / "llamafleet.py"
+    )
+
+
+@pytest.fixture(scope="module")
+def filter_error() -> type[Exception]:
+    """The exception Ansible's filters raise."""
+    pytest.importorskip("ansible")
+    from ansible.errors import AnsibleFilterError
+
+    return AnsibleFilterError

@@ -10,29 +10,15 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from test_unit_template import PLUGIN, _instance, render
+from test_unit_template import _instance, render
 
-from conftest import load_ansible_plugin
 from llamafleet.engine import Inputs, add_file, run
 from llamafleet.refs import ReferencedFiles
 from llamafleet.units import parse_unit
 
 
-@pytest.fixture(scope="module")
-def plugin() -> ModuleType:
-    return load_ansible_plugin(PLUGIN)
-
-
-@pytest.fixture(scope="module")
-def filter_error() -> type[Exception]:
-    pytest.importorskip("ansible")
-    from ansible.errors import AnsibleFilterError
-
-    return AnsibleFilterError
-
-
-def test_client_key_file_names(plugin: ModuleType) -> None:
-    f = plugin.FilterModule().filters()["llamafleet_client_key_file"]
+def test_client_key_file_names(server_filters: ModuleType) -> None:
+    f = server_filters.FilterModule().filters()["llamafleet_client_key_file"]
     assert f("lf-claude-client/dev") == "lf-claude-client__dev.key"
     assert f("alice@ws.example.org") == "alice@ws.example.org.key"
 
@@ -41,8 +27,8 @@ def test_client_key_file_names(plugin: ModuleType) -> None:
     "names",
     [[], ["lf-claude-client/dev"], ["a", "b/c", "user@host", "x.y_z-1", ".."]],
 )
-def test_client_names_accepted(plugin: ModuleType, names: list[str]) -> None:
-    assert plugin.client_keys(names, "main") == names
+def test_client_names_accepted(server_filters: ModuleType, names: list[str]) -> None:
+    assert server_filters.client_keys(names, "main") == names
 
 
 @pytest.mark.parametrize(
@@ -61,10 +47,10 @@ def test_client_names_accepted(plugin: ModuleType, names: list[str]) -> None:
     ],
 )
 def test_client_names_refused(
-    plugin: ModuleType, filter_error: type[Exception], names: Any, shown: str
+    server_filters: ModuleType, filter_error: type[Exception], names: Any, shown: str
 ) -> None:
     with pytest.raises(filter_error, match="instance 'main': client_keys") as err:
-        plugin.client_keys(names, "main")
+        server_filters.client_keys(names, "main")
     assert shown in str(err.value)
 
 
@@ -74,15 +60,15 @@ def _credential(text: str) -> str:
     return entry.value
 
 
-def test_without_clients_the_credential_is_the_instance_key(plugin: ModuleType) -> None:
-    text = render(plugin, _instance(plugin))
+def test_without_clients_the_credential_is_the_instance_key(server_filters: ModuleType) -> None:
+    text = render(server_filters, _instance(server_filters))
     assert _credential(text) == "api-key:/etc/llamafleet/keys/main.key"
     assert "# API keys" not in text
-    assert render(plugin, _instance(plugin, client_keys=[])) == text
+    assert render(server_filters, _instance(server_filters, client_keys=[])) == text
 
 
-def test_with_clients_the_credential_holds_every_key(plugin: ModuleType) -> None:
-    text = render(plugin, _instance(plugin, client_keys=["ws/alice", "ws/bob"]))
+def test_with_clients_the_credential_holds_every_key(server_filters: ModuleType) -> None:
+    text = render(server_filters, _instance(server_filters, client_keys=["ws/alice", "ws/bob"]))
     assert _credential(text) == "api-key:/etc/llamafleet/keys/main.keys"
     assert "--api-key-file %d/api-key" in text
     # the count is in the unit (a change shows in --diff); neither names nor keys are
@@ -107,9 +93,9 @@ def _xc002(tmp_path: Path, unit: str, credential: str, token: str) -> list[str]:
     [("instancekey", False), ("alicekey", False), ("bobkey", False), ("gone", True)],
 )
 def test_xc002_accepts_every_key_of_the_rendered_credential(
-    plugin: ModuleType, tmp_path: Path, token: str, reported: bool
+    server_filters: ModuleType, tmp_path: Path, token: str, reported: bool
 ) -> None:
-    unit = render(plugin, _instance(plugin, client_keys=["ws/alice", "ws/bob"]))
+    unit = render(server_filters, _instance(server_filters, client_keys=["ws/alice", "ws/bob"]))
     found = _xc002(tmp_path, unit, "instancekey\nalicekey\nbobkey\n", token)
     assert bool(found) is reported, found
     if reported:

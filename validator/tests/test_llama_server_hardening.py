@@ -11,15 +11,15 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from test_unit_template import _instance, plugin, render  # noqa: F401 (fixture)
+from test_unit_template import _instance, render
 
 
 def _lines(text: str) -> list[str]:
     return text.splitlines()
 
 
-def test_cpu_unit_is_locked_down(plugin: ModuleType) -> None:  # noqa: F811
-    lines = _lines(render(plugin, _instance(plugin)))
+def test_cpu_unit_is_locked_down(server_filters: ModuleType) -> None:
+    lines = _lines(render(server_filters, _instance(server_filters)))
     for want in (
         "PrivateDevices=yes",
         "PrivateMounts=yes",
@@ -37,8 +37,8 @@ def test_cpu_unit_is_locked_down(plugin: ModuleType) -> None:  # noqa: F811
     assert [x for x in lines if x.startswith("IPAddressAllow=")] == ["IPAddressAllow=localhost"]
 
 
-def test_gpu_unit_opens_only_the_nvidia_devices(plugin: ModuleType) -> None:  # noqa: F811
-    lines = _lines(render(plugin, _instance(plugin, gpu=True)))
+def test_gpu_unit_opens_only_the_nvidia_devices(server_filters: ModuleType) -> None:
+    lines = _lines(render(server_filters, _instance(server_filters, gpu=True)))
     for want in (
         "PrivateDevices=no",
         "DevicePolicy=closed",
@@ -54,10 +54,10 @@ def test_gpu_unit_opens_only_the_nvidia_devices(plugin: ModuleType) -> None:  # 
         assert absent not in lines
 
 
-def test_ip_allow_renders_one_line_each(plugin: ModuleType) -> None:  # noqa: F811
-    nets = plugin.ip_allow(["10.0.0.0/8", "fd00::/8"], "main", "10.1.2.3")
+def test_ip_allow_renders_one_line_each(server_filters: ModuleType) -> None:
+    nets = server_filters.ip_allow(["10.0.0.0/8", "fd00::/8"], "main", "10.1.2.3")
     assert nets == ["10.0.0.0/8", "fd00::/8", "10.1.2.3"]
-    lines = _lines(render(plugin, _instance(plugin, ip_allow=nets)))
+    lines = _lines(render(server_filters, _instance(server_filters, ip_allow=nets)))
     assert [x for x in lines if x.startswith("IPAddressAllow=")] == [
         "IPAddressAllow=localhost",
         "IPAddressAllow=10.0.0.0/8",
@@ -67,12 +67,12 @@ def test_ip_allow_renders_one_line_each(plugin: ModuleType) -> None:  # noqa: F8
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "localhost", "::1", "[::1]"])
-def test_loopback_needs_no_networks(plugin: ModuleType, host: str) -> None:  # noqa: F811
-    assert plugin.ip_allow([], "main", host) == []
+def test_loopback_needs_no_networks(server_filters: ModuleType, host: str) -> None:
+    assert server_filters.ip_allow([], "main", host) == []
 
 
-def test_any_keeps_every_address(plugin: ModuleType) -> None:  # noqa: F811
-    assert plugin.ip_allow(["any"], "main", "0.0.0.0") == ["any"]
+def test_any_keeps_every_address(server_filters: ModuleType) -> None:
+    assert server_filters.ip_allow(["any"], "main", "0.0.0.0") == ["any"]
 
 
 @pytest.mark.parametrize(
@@ -85,12 +85,14 @@ def test_any_keeps_every_address(plugin: ModuleType) -> None:  # noqa: F811
         ("10.0.0.0/8", "0.0.0.0", "must be a list"),
     ],
 )
-def test_ip_allow_refused(plugin: ModuleType, nets: object, host: str, message: str) -> None:  # noqa: F811
+def test_ip_allow_refused(
+    server_filters: ModuleType, nets: object, host: str, message: str
+) -> None:
     pytest.importorskip("ansible")
     from ansible.errors import AnsibleFilterError
 
     with pytest.raises(AnsibleFilterError, match=message):
-        plugin.ip_allow(nets, "main", host)
+        server_filters.ip_allow(nets, "main", host)
 
 
 def _offline_score(path: Path) -> float:
@@ -108,7 +110,7 @@ def _offline_score(path: Path) -> float:
 
 @pytest.mark.parametrize(("gpu", "limit"), [(False, 1.0), (True, 1.5)])
 def test_systemd_analyze_score(
-    plugin: ModuleType,  # noqa: F811 (the fixture)
+    server_filters: ModuleType,
     tmp_path: Path,
     gpu: bool,
     limit: float,
@@ -116,5 +118,5 @@ def test_systemd_analyze_score(
     if shutil.which("systemd-analyze") is None:
         pytest.skip("no systemd-analyze")
     unit = tmp_path / "llama-server-main.service"
-    unit.write_text(render(plugin, _instance(plugin, gpu=gpu, api_key=False)))
+    unit.write_text(render(server_filters, _instance(server_filters, gpu=gpu, api_key=False)))
     assert _offline_score(unit) <= limit

@@ -24,23 +24,9 @@ from llamafleet.units import parse_unit
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "llama_server"
-PLUGIN = ROLE / "filter_plugins" / "llamafleet.py"
 WAIT = ROLE / "library" / "llama_server_wait.py"
 UNITS = REPO / "playbooks" / "filter_plugins" / "llamafleet_units.py"
 TLS_DIR = "/etc/llamafleet/tls"
-
-
-@pytest.fixture(scope="module")
-def plugin() -> ModuleType:
-    return load_ansible_plugin(PLUGIN)
-
-
-@pytest.fixture(scope="module")
-def filter_error() -> type[Exception]:
-    pytest.importorskip("ansible")
-    from ansible.errors import AnsibleFilterError
-
-    return AnsibleFilterError
 
 
 def _tls_vars(**over: Any) -> dict[str, Any]:
@@ -73,19 +59,19 @@ def _tls_vars(**over: Any) -> dict[str, Any]:
         ("off", "10.0.0.5", False),
     ],
 )
-def test_tls_on(plugin: ModuleType, setting: Any, host: str, want: bool) -> None:
-    assert plugin.tls_on(setting, host) is want
+def test_tls_on(server_filters: ModuleType, setting: Any, host: str, want: bool) -> None:
+    assert server_filters.tls_on(setting, host) is want
 
 
 def test_tls_setting_must_be_auto_true_or_false(
-    plugin: ModuleType, filter_error: type[Exception]
+    server_filters: ModuleType, filter_error: type[Exception]
 ) -> None:
     with pytest.raises(filter_error, match="auto, true or false"):
-        plugin.tls_on("sometimes", "0.0.0.0")
+        server_filters.tls_on("sometimes", "0.0.0.0")
 
 
-def test_certificate_names(plugin: ModuleType) -> None:
-    sans = plugin.tls_sans(
+def test_certificate_names(server_filters: ModuleType) -> None:
+    sans = server_filters.tls_sans(
         ["0.0.0.0", "10.0.0.5", "GPU1.example.org.", "gpu1", "", None, "10.0.0.5", "[fd00::1]"],
         "main",
     )
@@ -99,29 +85,31 @@ def test_certificate_names(plugin: ModuleType) -> None:
         "IP:fd00::1",
     ]
     # a loopback instance: the loopback names only
-    assert plugin.tls_sans(["127.0.0.1", "localhost"], "main") == list(plugin.TLS_LOOPBACK_SANS)
+    assert server_filters.tls_sans(["127.0.0.1", "localhost"], "main") == list(
+        server_filters.TLS_LOOPBACK_SANS
+    )
 
 
 @pytest.mark.parametrize("bad", ["a,b", "a b", "host\nsubjectAltName=DNS:evil", "-x", "a/b"])
 def test_certificate_names_refuse_what_is_no_name(
-    plugin: ModuleType, filter_error: type[Exception], bad: str
+    server_filters: ModuleType, filter_error: type[Exception], bad: str
 ) -> None:
     with pytest.raises(filter_error, match="neither an IP address nor a DNS name"):
-        plugin.tls_sans([bad], "main")
+        server_filters.tls_sans([bad], "main")
 
 
 def test_certificate_names_must_be_a_list(
-    plugin: ModuleType, filter_error: type[Exception]
+    server_filters: ModuleType, filter_error: type[Exception]
 ) -> None:
     with pytest.raises(filter_error, match="expected a list"):
-        plugin.tls_sans("gpu1", "main")
+        server_filters.tls_sans("gpu1", "main")
 
 
 # --- the unit -----------------------------------------------------------------------------
 
 
-def test_tls_unit_has_credentials_and_ssl_args(plugin: ModuleType) -> None:
-    text = render(plugin, _instance(plugin, tls=True), **_tls_vars())
+def test_tls_unit_has_credentials_and_ssl_args(server_filters: ModuleType) -> None:
+    text = render(server_filters, _instance(server_filters, tls=True), **_tls_vars())
     lines = text.splitlines()
     assert f"LoadCredential=tls-key:{TLS_DIR}/main.key" in lines
     assert f"LoadCredential=tls-cert:{TLS_DIR}/main.crt" in lines
@@ -140,10 +128,10 @@ def test_tls_unit_has_credentials_and_ssl_args(plugin: ModuleType) -> None:
     assert _findings(text) == []
 
 
-def test_tls_unit_names_the_certificate_checksum_and_own_ca(plugin: ModuleType) -> None:
+def test_tls_unit_names_the_certificate_checksum_and_own_ca(server_filters: ModuleType) -> None:
     text = render(
-        plugin,
-        _instance(plugin, tls=True),
+        server_filters,
+        _instance(server_filters, tls=True),
         **_tls_vars(
             llama_server_tls_ca_cert="/etc/pki/fleet-ca.crt",
             _llama_server_tls_certs={"main": "ab" * 32},
@@ -154,9 +142,9 @@ def test_tls_unit_names_the_certificate_checksum_and_own_ca(plugin: ModuleType) 
 
 
 @pytest.mark.parametrize("inst_over", [{"tls": False}, {}])
-def test_no_tls_no_credentials(plugin: ModuleType, inst_over: dict[str, Any]) -> None:
+def test_no_tls_no_credentials(server_filters: ModuleType, inst_over: dict[str, Any]) -> None:
     # tls false, or absent (a unit rendered as before): no TLS lines; the TLS variables unused
-    text = render(plugin, _instance(plugin, **inst_over))
+    text = render(server_filters, _instance(server_filters, **inst_over))
     assert "tls-" not in text
     assert "--ssl-" not in text
     u = parse_unit(text, "llama-server-main.service")
@@ -164,8 +152,8 @@ def test_no_tls_no_credentials(plugin: ModuleType, inst_over: dict[str, Any]) ->
     assert u.server.value("--ssl-cert-file") is None
 
 
-def test_tls_without_api_key(plugin: ModuleType) -> None:
-    text = render(plugin, _instance(plugin, tls=True, api_key=False), **_tls_vars())
+def test_tls_without_api_key(server_filters: ModuleType) -> None:
+    text = render(server_filters, _instance(server_filters, tls=True, api_key=False), **_tls_vars())
     exec_start = next(line for line in text.splitlines() if line.startswith("ExecStart="))
     assert "--api-key-file" not in exec_start
     assert exec_start.endswith(" --ssl-key-file %d/tls-key --ssl-cert-file %d/tls-cert")
@@ -180,10 +168,13 @@ def test_tls_without_api_key(plugin: ModuleType) -> None:
     ],
 )
 def test_a_newline_in_a_tls_value_fails_the_render(
-    plugin: ModuleType, filter_error: type[Exception], role_vars: dict[str, Any], purpose: str
+    server_filters: ModuleType,
+    filter_error: type[Exception],
+    role_vars: dict[str, Any],
+    purpose: str,
 ) -> None:
     with pytest.raises(filter_error) as exc:
-        render(plugin, _instance(plugin, tls=True), **_tls_vars(**role_vars))
+        render(server_filters, _instance(server_filters, tls=True), **_tls_vars(**role_vars))
     assert purpose in str(exc.value)
 
 
@@ -196,19 +187,23 @@ def test_a_newline_in_a_tls_value_fails_the_render(
         (False, "10.0.0.5", False),
     ],
 )
-def test_setting_to_unit(plugin: ModuleType, setting: Any, host: str, tls: bool) -> None:
+def test_setting_to_unit(server_filters: ModuleType, setting: Any, host: str, tls: bool) -> None:
     # as tasks/preflight.yml resolves an instance: llama_server_tls and the listen address
-    text = render(plugin, _instance(plugin, tls=plugin.tls_on(setting, host)), **_tls_vars())
+    text = render(
+        server_filters,
+        _instance(server_filters, tls=server_filters.tls_on(setting, host)),
+        **_tls_vars(),
+    )
     assert ("--ssl-cert-file %d/tls-cert" in text) is tls
 
 
 # --- the fleet playbooks' unit reader -----------------------------------------------------
 
 
-def test_playbook_filter_reads_the_scheme(plugin: ModuleType) -> None:
+def test_playbook_filter_reads_the_scheme(server_filters: ModuleType) -> None:
     read = load_ansible_plugin(UNITS).FilterModule().filters()["llamafleet_unit_server"]
-    on = read(render(plugin, _instance(plugin, tls=True), **_tls_vars()))
-    off = read(render(plugin, _instance(plugin)))
+    on = read(render(server_filters, _instance(server_filters, tls=True), **_tls_vars()))
+    off = read(render(server_filters, _instance(server_filters)))
     assert on["scheme"] == "https"
     assert off.get("scheme", "http") == "http"
     assert "scheme" not in off  # absent means http (the fields the audit reads stay as they were)

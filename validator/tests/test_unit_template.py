@@ -12,33 +12,18 @@ from typing import Any
 
 import pytest
 
-from conftest import load_ansible_plugin
 from llamafleet.engine import Inputs, add_file, run
 from llamafleet.units import parse_unit
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "llama_server"
 TEMPLATE = ROLE / "templates" / "llama-server.service.j2"
-PLUGIN = ROLE / "filter_plugins" / "llamafleet.py"
 INJECTED = "\n[Service]\nExecStartPre=+/bin/sh -c 'id > /root/pwned'"
 SHA = "0123456789abcdef" * 4
 
 
-@pytest.fixture(scope="module")
-def plugin() -> ModuleType:
-    return load_ansible_plugin(PLUGIN)
-
-
-@pytest.fixture(scope="module")
-def filter_error() -> type[Exception]:
-    pytest.importorskip("ansible")
-    from ansible.errors import AnsibleFilterError
-
-    return AnsibleFilterError
-
-
-def _instance(plugin: ModuleType, **over: Any) -> dict[str, Any]:
-    argv = plugin.llamafleet_argv(
+def _instance(server_filters: ModuleType, **over: Any) -> dict[str, Any]:
+    argv = server_filters.llamafleet_argv(
         {
             "model": "/srv/models/q/q.gguf",
             "host": "127.0.0.1",
@@ -61,11 +46,11 @@ def _instance(plugin: ModuleType, **over: Any) -> dict[str, Any]:
     return inst
 
 
-def render(plugin: ModuleType, inst: dict[str, Any], **role_vars: Any) -> str:
+def render(server_filters: ModuleType, inst: dict[str, Any], **role_vars: Any) -> str:
     jinja2 = pytest.importorskip("jinja2")
     # as Ansible's template module: trim_blocks on, undefined variables are errors
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True)
-    env.filters.update(plugin.FilterModule().filters())
+    env.filters.update(server_filters.FilterModule().filters())
     env.filters["basename"] = os.path.basename
     env.filters["dirname"] = os.path.dirname
     values: dict[str, Any] = {
@@ -90,8 +75,10 @@ def _findings(text: str, rule: str = "SD004") -> list[str]:
     return [f.message for f in run(inputs).findings if f.id in (rule, "LF002")]
 
 
-def test_a_normal_instance_renders_and_parses(plugin: ModuleType) -> None:
-    text = render(plugin, _instance(plugin, environment={"A": 1, "B": 'x "y" 50%', "C": True}))
+def test_a_normal_instance_renders_and_parses(server_filters: ModuleType) -> None:
+    text = render(
+        server_filters, _instance(server_filters, environment={"A": 1, "B": 'x "y" 50%', "C": True})
+    )
     u = parse_unit(text, "llama-server-main.service")
     assert u.server is not None
     assert u.server.value("--model") == "/srv/models/q/q.gguf"
@@ -122,9 +109,9 @@ def test_a_normal_instance_renders_and_parses(plugin: ModuleType) -> None:
     ],
 )
 def test_a_newline_anywhere_fails_the_render(
-    plugin: ModuleType, filter_error: type[Exception], where: str, purpose: str
+    server_filters: ModuleType, filter_error: type[Exception], where: str, purpose: str
 ) -> None:
-    inst = _instance(plugin)
+    inst = _instance(server_filters)
     role_vars: dict[str, Any] = {}
     bad = "x" + INJECTED
     if where == "sha256":
@@ -148,7 +135,7 @@ def test_a_newline_anywhere_fails_the_render(
     else:
         role_vars["llama_server_unit_extra"] = ["Nice=5" + INJECTED]
     with pytest.raises(filter_error) as exc:
-        render(plugin, inst, **role_vars)
+        render(server_filters, inst, **role_vars)
     msg = str(exc.value)
     assert purpose in msg, msg
     assert "[Service]\\nExecStartPre=+/bin/sh" in msg or "is not a variable name" in msg, msg
@@ -156,27 +143,31 @@ def test_a_newline_anywhere_fails_the_render(
 
 @pytest.mark.parametrize("char", ["\r", "\t", "\x00", "\x1b", "\x7f", "\x85", "\u2028"])
 def test_every_control_character_is_refused(
-    plugin: ModuleType, filter_error: type[Exception], char: str
+    server_filters: ModuleType, filter_error: type[Exception], char: str
 ) -> None:
     with pytest.raises(filter_error, match="control character"):
-        plugin.unit_value(f"a{char}b", "x")
+        server_filters.unit_value(f"a{char}b", "x")
     with pytest.raises(filter_error, match="control character"):
-        plugin.systemd_quote(["llama-server", f"a{char}b"])
+        server_filters.systemd_quote(["llama-server", f"a{char}b"])
 
 
-def test_a_trailing_backslash_is_refused(plugin: ModuleType, filter_error: type[Exception]) -> None:
+def test_a_trailing_backslash_is_refused(
+    server_filters: ModuleType, filter_error: type[Exception]
+) -> None:
     with pytest.raises(filter_error, match="backslash"):
-        render(plugin, _instance(plugin, model_path="/srv/models/q\\"))
+        render(server_filters, _instance(server_filters, model_path="/srv/models/q\\"))
     with pytest.raises(filter_error, match="backslash"):
-        render(plugin, _instance(plugin), llama_server_unit_extra=["Environment=A=\\"])
+        render(
+            server_filters, _instance(server_filters), llama_server_unit_extra=["Environment=A=\\"]
+        )
 
 
 @pytest.mark.parametrize("environment", ["CUDA_VISIBLE_DEVICES=0", ["A=1", "B=2"]])
 def test_environment_must_be_a_mapping(
-    plugin: ModuleType, filter_error: type[Exception], environment: Any
+    server_filters: ModuleType, filter_error: type[Exception], environment: Any
 ) -> None:
     with pytest.raises(filter_error) as exc:
-        render(plugin, _instance(plugin, environment=environment))
+        render(server_filters, _instance(server_filters, environment=environment))
     msg = str(exc.value)
     assert "instance 'main': environment must be a mapping" in msg
     assert "LLAMA_ARG_THREADS: 8" in msg and repr(environment) in msg
@@ -184,21 +175,23 @@ def test_environment_must_be_a_mapping(
 
 @pytest.mark.parametrize("value", [None, [1], {"x": 1}])
 def test_environment_values_are_scalars(
-    plugin: ModuleType, filter_error: type[Exception], value: Any
+    server_filters: ModuleType, filter_error: type[Exception], value: Any
 ) -> None:
     with pytest.raises(filter_error, match="must be a string or number"):
-        plugin.unit_environment({"A": value}, "main")
+        server_filters.unit_environment({"A": value}, "main")
 
 
-def test_systemd_quote_refuses_a_string(plugin: ModuleType, filter_error: type[Exception]) -> None:
+def test_systemd_quote_refuses_a_string(
+    server_filters: ModuleType, filter_error: type[Exception]
+) -> None:
     with pytest.raises(filter_error, match="expected a list of words"):
-        plugin.systemd_quote("CUDA=1")
-    assert plugin.systemd_quote(["a b", "%n", "$X", "c"]) == '"a b" "%%n" "$$X" c'
+        server_filters.systemd_quote("CUDA=1")
+    assert server_filters.systemd_quote(["a b", "%n", "$X", "c"]) == '"a b" "%%n" "$$X" c'
 
 
-def test_extra_lines_come_before_the_hardening(plugin: ModuleType) -> None:
+def test_extra_lines_come_before_the_hardening(server_filters: ModuleType) -> None:
     extra = ["Nice=5", "NoNewPrivileges=no", "AmbientCapabilities=CAP_NET_ADMIN"]
-    text = render(plugin, _instance(plugin), llama_server_unit_extra=extra)
+    text = render(server_filters, _instance(server_filters), llama_server_unit_extra=extra)
     lines = text.splitlines()
     assert lines.index("Nice=5") < lines.index("NoNewPrivileges=yes")
     assert lines.index("NoNewPrivileges=no") < lines.index("NoNewPrivileges=yes")
@@ -217,25 +210,29 @@ def test_extra_lines_come_before_the_hardening(plugin: ModuleType) -> None:
         ("User=root", "back to root after User=llama"),
     ],
 )
-def test_sd004_reports_what_order_cannot_stop(plugin: ModuleType, line: str, shown: str) -> None:
-    text = render(plugin, _instance(plugin), llama_server_unit_extra=[line])
+def test_sd004_reports_what_order_cannot_stop(
+    server_filters: ModuleType, line: str, shown: str
+) -> None:
+    text = render(server_filters, _instance(server_filters), llama_server_unit_extra=[line])
     found = _findings(text)
     assert len(found) == 1 and shown in found[0], found
 
 
-def test_without_hardening_sd004_reports_ambient_capabilities(plugin: ModuleType) -> None:
+def test_without_hardening_sd004_reports_ambient_capabilities(server_filters: ModuleType) -> None:
     text = render(
-        plugin,
-        _instance(plugin),
+        server_filters,
+        _instance(server_filters),
         llama_server_unit_extra=["AmbientCapabilities=CAP_NET_ADMIN"],
         llama_server_hardening=False,
     )
     assert any("AmbientCapabilities=CAP_NET_ADMIN" in m for m in _findings(text))
 
 
-def test_gpu_unit_with_private_devices_in_extra_is_fine(plugin: ModuleType) -> None:
+def test_gpu_unit_with_private_devices_in_extra_is_fine(server_filters: ModuleType) -> None:
     text = render(
-        plugin, _instance(plugin, gpu=True), llama_server_unit_extra=["PrivateDevices=yes"]
+        server_filters,
+        _instance(server_filters, gpu=True),
+        llama_server_unit_extra=["PrivateDevices=yes"],
     )
     assert "DevicePolicy=closed" in text
     assert _findings(text) == []
@@ -243,9 +240,9 @@ def test_gpu_unit_with_private_devices_in_extra_is_fine(plugin: ModuleType) -> N
 
 @pytest.mark.parametrize("line", ["[Service]", "  [Install]", "[X-Mine]"])
 def test_extra_lines_cannot_start_a_section(
-    plugin: ModuleType, filter_error: type[Exception], line: str
+    server_filters: ModuleType, filter_error: type[Exception], line: str
 ) -> None:
     with pytest.raises(filter_error, match="starts a section"):
-        render(plugin, _instance(plugin), llama_server_unit_extra=["Nice=5", line])
+        render(server_filters, _instance(server_filters), llama_server_unit_extra=["Nice=5", line])
     with pytest.raises(filter_error, match="is not a string"):
-        plugin.unit_line({"Nice": 5})
+        server_filters.unit_line({"Nice": 5})
