@@ -34,7 +34,7 @@ bootstrap: $(VENV)/.stamp
 
 # ---------------------------------------------------------------- main job
 site: bootstrap
-	$(BIN)/ansible-playbook inventories/local/testbed.yml
+	$(BIN)/ansible-playbook testbed/local.yml
 	$(BIN)/ansible-playbook site.yml
 
 site-down:

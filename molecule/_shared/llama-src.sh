@@ -1,22 +1,31 @@
 #!/bin/bash
-# Make a local git repository of llama.cpp for tests, from the llama.cpp source that the PyPI sdist of
-# llama-cpp-python vendors (no GitHub needed). The llama_cpp role clones it with ansible.builtin.git,
-# the same code path as for a real fork. Built once and cached; prints the bare repository's path.
+# Publish the TurboQuant llama.cpp fork's source archive as a local git repository for tests and
+# the embedded default (no GitHub needed). The llama_cpp role clones it with ansible.builtin.git,
+# the same code path as for the real fork. Built once and cached; prints the bare repository's path.
 #
 #   llama-src.sh            build (or reuse) LLAMAFLEET_CACHE/git/llama.cpp.git and print its path
 #   llama-src.sh info       print branches/tags and their commits
 #
-# Refs in the repository (commits are deterministic: same sdist => same hashes on every machine):
-#   master, feature/turboquant-kv-cache, tag sdist-<version>   the vendored source as-is
-#   test/next                                                  one extra commit (to test rebuilds)
+# The archive (LLAMAFLEET_FORK_ARCHIVE, default: ../shared/sources/ beside the project) is the fork's
+# tree at its branch head; the .json beside it names branch, commit and build number. An archive has
+# no history, and llama.cpp takes its build number from the commit count: the repository gets
+# build_number - 1 empty placeholder commits, then one commit with the tree, so `git rev-list
+# --count` (and `llama-server --version`) report the fork's build number. A commit id cannot be
+# reproduced without the fork's history: the tip's message names the fork's commit.
+#
+# Refs (commits are deterministic: same archive => same hashes on every machine):
+#   feature/turboquant-kv-cache, tag b<build>   the fork's tree at its build number
+#   test/next                                   one extra commit (to test rebuilds): adds the server
+#                                               option --llamafleet-test-next (accepted, ignored)
 set -euo pipefail
 
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
 CACHE=${LLAMAFLEET_CACHE:-/var/cache/llamafleet}
-VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
-PYTHON=${PYTHON:-python3}
-DIST=$CACHE/dist
+ARCHIVE=${LLAMAFLEET_FORK_ARCHIVE:-$ROOT/../shared/sources/llama-cpp-turboquant-69d8e4be4.tar.gz}
+META=${ARCHIVE%.tar.gz}.json
 REPO=$CACHE/git/llama.cpp.git
-STAMP="llama-cpp-python==$VERSION recipe=2"
+PYTHON=${PYTHON:-python3}
 
 log() { printf '%s\n' "$*" >&2; }
 
@@ -25,52 +34,94 @@ if [ "${1:-}" = info ]; then
   exit 0
 fi
 
-mkdir -p "$DIST" "$CACHE/git"
+[ -s "$ARCHIVE" ] || { log "llama-src.sh: no fork archive at $ARCHIVE (set LLAMAFLEET_FORK_ARCHIVE)"; exit 1; }
+[ -s "$META" ] || { log "llama-src.sh: no $META beside the archive"; exit 1; }
+command -v git >/dev/null || { log "git is required"; exit 1; }
+
+# branch, commit, build number and top directory, from the .json beside the archive
+read -r BRANCH COMMIT BUILD TOP < <("$PYTHON" - "$META" <<'EOF'
+import json, re, sys
+m = json.load(open(sys.argv[1], encoding="utf-8"))
+parts = [m["branch"], m["commit"], str(int(m["build_number"])), m["top_directory"]]
+for p in parts:
+    if not re.fullmatch(r"[A-Za-z0-9._/-]+", p) or ".." in p:
+        sys.exit(f"{sys.argv[1]}: unexpected value {p!r}")
+print(*parts)
+EOF
+)
+SUM=$(sha256sum "$ARCHIVE" | cut -d' ' -f1)
+STAMP="fork archive sha256=$SUM build=$BUILD recipe=4"
+
+mkdir -p "$CACHE/git"
 exec 9>"$CACHE/git/.llama-src.lock"; flock 9
 
 if [ -f "$REPO/llamafleet-stamp" ] && [ "$(cat "$REPO/llamafleet-stamp")" = "$STAMP" ]; then
   echo "$REPO"; exit 0
 fi
 
-command -v git >/dev/null || { log "git is required"; exit 1; }
-SDIST=$DIST/llama_cpp_python-$VERSION.tar.gz
-if [ ! -s "$SDIST" ]; then
-  log "downloading llama-cpp-python==$VERSION sdist"
-  "$PYTHON" -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$DIST.tmp.$$" >&2
-  mv "$DIST.tmp.$$"/llama_cpp_python-"$VERSION".tar.gz "$SDIST"; rm -rf "$DIST.tmp.$$"
-fi
-
 WORK=$(mktemp -d "$CACHE/git/.work.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
-tar -xzf "$SDIST" -C "$WORK" "llama_cpp_python-$VERSION/vendor/llama.cpp"
-SRC=$WORK/llama_cpp_python-$VERSION/vendor/llama.cpp
-[ -f "$SRC/CMakeLists.txt" ] || { log "no vendor/llama.cpp in $SDIST"; exit 1; }
-rm -rf "$SRC/.git"   # the sdist keeps a submodule link that points nowhere
+tar -xzf "$ARCHIVE" -C "$WORK"
+SRC=$WORK/$TOP
+[ -f "$SRC/CMakeLists.txt" ] || { log "no $TOP/CMakeLists.txt in $ARCHIVE"; exit 1; }
 
 export GIT_AUTHOR_NAME="llamafleet" GIT_AUTHOR_EMAIL="llamafleet@localhost"
 export GIT_COMMITTER_NAME="llamafleet" GIT_COMMITTER_EMAIL="llamafleet@localhost"
-export GIT_AUTHOR_DATE="2026-10-01T00:00:00Z" GIT_COMMITTER_DATE="2026-10-01T00:00:00Z"
-g() { git -C "$SRC" -c init.defaultBranch=master -c core.autocrlf=false -c commit.gpgsign=false "$@"; }
+export GIT_AUTHOR_DATE="2026-05-04T15:37:40Z" GIT_COMMITTER_DATE="2026-05-04T15:37:40Z"
+g() { git -C "$SRC" -c init.defaultBranch="$BRANCH" -c core.autocrlf=false -c commit.gpgsign=false "$@"; }
 g init -q
+
+# build - 1 empty placeholder commits, streamed into fast-import (a second or two)
+"$PYTHON" - "$((BUILD - 1))" "$BRANCH" <<'EOF' | g fast-import --quiet
+import sys
+n, branch = int(sys.argv[1]), sys.argv[2]
+out = sys.stdout.buffer
+for i in range(1, n + 1):
+    msg = f"history placeholder {i} of {n} (the source archive has no history)\n".encode()
+    out.write(f"commit refs/heads/{branch}\nmark :{i}\n".encode())
+    out.write(b"author llamafleet <llamafleet@localhost> 1777909060 +0000\n")
+    out.write(b"committer llamafleet <llamafleet@localhost> 1777909060 +0000\n")
+    out.write(b"data %d\n%s" % (len(msg), msg))
+    if i > 1:
+        out.write(f"from :{i - 1}\n".encode())
+    out.write(b"\n")
+EOF
+g symbolic-ref HEAD "refs/heads/$BRANCH"
 g add -A -f .
-g commit -q -m "llama.cpp as vendored by llama-cpp-python $VERSION"
-g tag "sdist-$VERSION"
-g branch feature/turboquant-kv-cache
+g commit -q -m "llama-cpp-turboquant $COMMIT ($BRANCH, build $BUILD) from the source archive" \
+  -m "The fork's tree at commit $COMMIT. The $((BUILD - 1)) commits before this one are empty placeholders that give the build number; the fork's history is not in the archive."
+[ "$(g rev-list --count HEAD)" = "$BUILD" ] || { log "commit count is not $BUILD"; exit 1; }
+g tag "b$BUILD"
 g checkout -q -b test/next
+# test/next: one more commit, with a server option only this build knows (--llamafleet-test-next,
+# accepted and ignored), so a test can move a host to a build with new flags in one run
 echo "an extra commit so tests can move a ref" > "$SRC/LLAMAFLEET-TEST-NEXT"
-g add LLAMAFLEET-TEST-NEXT
-GIT_AUTHOR_DATE="2026-10-02T00:00:00Z" GIT_COMMITTER_DATE="2026-10-02T00:00:00Z" \
+"$PYTHON" - "$SRC/common/arg.cpp" <<'EOF2'
+import sys
+path = sys.argv[1]
+src = open(path, encoding="utf-8").read()
+anchor = '.set_env("LLAMA_ARG_ENDPOINT_SLOTS"));\n'
+if src.count(anchor) != 1:
+    sys.exit(f"{path}: the --slots option is not where test/next expects it")
+opt = (
+    "    add_opt(common_arg(\n"
+    '        {"--llamafleet-test-next"},\n'
+    '        "accepted and ignored (a test option of llamafleet\'s test/next build)",\n'
+    "        [](common_params &) {}\n"
+    "    ).set_examples({LLAMA_EXAMPLE_SERVER}));\n"
+)
+open(path, "w", encoding="utf-8").write(src.replace(anchor, anchor + opt))
+EOF2
+g add LLAMAFLEET-TEST-NEXT common/arg.cpp
+GIT_AUTHOR_DATE="2026-05-05T00:00:00Z" GIT_COMMITTER_DATE="2026-05-05T00:00:00Z" \
   g commit -q -m "test: move the ref"
-g checkout -q master
+g checkout -q "$BRANCH"
 
 rm -rf "$REPO.tmp"
 git clone -q --bare "$SRC" "$REPO.tmp"
 git -C "$REPO.tmp" update-server-info   # lets a plain HTTP server serve it (dumb protocol)
 echo "$STAMP" > "$REPO.tmp/llamafleet-stamp"
 rm -rf "$REPO"; mv "$REPO.tmp" "$REPO"
-# A copy of the vocab the test model generator copies its tokenizer from.
-rm -rf "$CACHE/git/vocab"; mkdir -p "$CACHE/git/vocab"
-cp "$SRC"/models/ggml-vocab-llama-spm.gguf "$CACHE/git/vocab/"
 log "made $REPO:"
 git -C "$REPO" for-each-ref --format='  %(refname:short) %(objectname)' refs/heads refs/tags >&2
 echo "$REPO"

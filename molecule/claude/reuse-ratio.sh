@@ -9,7 +9,9 @@
 # (llamacpp:prompt_tokens_total = evaluated, llamacpp:prompt_tokens_cached_total = reused) are read
 # before and after each run. While the runs last, the client's routes reach only the server and the
 # controller (no default route: nothing leaves the test network). The header is restored to "0".
-# The last two lines are machine-readable: `reuse_header_off=0.998` and `reuse_header_on=0.001`.
+# With the header off, a third run continues run 2's session (`--continue`): the same session's next
+# turn. The last three lines are machine-readable: `reuse_continue=0.998` (run 3),
+# `reuse_header_off=0.921` and `reuse_header_on=0.001` (run 2, a new session).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -87,10 +89,10 @@ if python3 -c 'import socket; socket.create_connection(("1.1.1.1", 443), 3)' 2>/
   echo "isolation failed: the internet is reachable" >&2; exit 1
 fi
 
-run_claude() { # prompt -> seconds
+run_claude() { # prompt [claude option...] -> seconds
   local t0 t1
   t0=$(date +%s.%N)
-  sudo -u "$U" -H bash -c 'cd ~/project && timeout 600 claude -p "$1" </dev/null >/tmp/claude-run.out 2>&1' _ "$1" \
+  sudo -u "$U" -H bash -c 'cd ~/project && timeout 600 claude "${@:2}" -p "$1" </dev/null >/tmp/claude-run.out 2>&1' _ "$@" \
     || { echo "claude -p failed:" >&2; cat /tmp/claude-run.out >&2; exit 1; }
   t1=$(date +%s.%N)
   awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}'
@@ -116,8 +118,18 @@ for mode in off on; do
   awk -v m="$mode" -v p1=$(((e1 - e0) + (c1 - c0))) -v p2=$((ev + ca)) -v ca="$ca" -v r="${ratio[$mode]}" \
       -v t1="$(awk -v a="$s0" -v b="$s1" 'BEGIN{print (b-a)*1000}')" \
       -v t2="$(awk -v a="$s1" -v b="$s2" 'BEGIN{print (b-a)*1000}')" -v w1="$w1" -v w2="$w2" \
-      'BEGIN{printf "attribution header %-3s: run 2 prompt %d tokens, %d reused (%.1f %%); run 1 prompt %d tokens; prompt eval %.0f -> %.0f ms; claude -p wall %s s -> %s s\n", m, p2, ca, r * 100, p1, t1, t2, w1, w2}'
+      'BEGIN{printf "attribution header %-3s: run 2 (new session) prompt %d tokens, %d reused (%.1f %%); run 1 prompt %d tokens; prompt eval %.0f -> %.0f ms; claude -p wall %s s -> %s s\n", m, p2, ca, r * 100, p1, t1, t2, w1, w2}'
+  if [ $mode = off ]; then
+    # the same session's next turn: run 2 continued
+    w3=$(run_claude "$(tag) And what is in it now?" --continue)
+    read -r e3 c3 s3 < <(metrics)
+    ev3=$((e3 - e2)) ca3=$((c3 - c2))
+    ratio[continue]=$(awk -v c="$ca3" -v e="$ev3" 'BEGIN{ if (c + e > 0) printf "%.3f", c / (c + e); else print "nan" }')
+    awk -v p3=$((ev3 + ca3)) -v ca="$ca3" -v r="${ratio[continue]}" -v w3="$w3" \
+      'BEGIN{printf "attribution header off: run 3 (--continue, same session) prompt %d tokens, %d reused (%.1f %%); claude -p wall %s s\n", p3, ca, r * 100, w3}'
+  fi
 done
+echo "reuse_continue=${ratio[continue]}"
 echo "reuse_header_off=${ratio[off]}"
 echo "reuse_header_on=${ratio[on]}"
 REMOTE

@@ -92,5 +92,7 @@ def test_documents_pass_the_metadata_validation(tmp_path: Path) -> None:
     doc.update(model="m", sha256=["0" * 64], mmproj=None)
     assert mod.validate_metadata(doc, "m.json") is doc
     assert doc["head_count_kv"] == [0, 2] and doc["chat_template_sha256"]
+    # the template itself stays in kv: the validator renders it (LS021-LS023)
+    assert doc["kv"]["tokenizer.chat_template"] == "{{ messages }}\n"
     ins = json.loads(json.dumps(inspect_gguf(str(path)), default=str))
     assert mod.validate_metadata({**ins, "model": "m", "sha256": ["0" * 64]}, "m.json")

@@ -31,7 +31,10 @@ def seed_dir(tmp_path: Path) -> Path:
     facts = (
         (tmp_path / "facts.yaml")
         .read_text()
-        .replace("../help/fork-9079.txt", str(FIXTURES / "help" / "fork-9079.txt"))
+        .replace(
+            "../help/fork-b9079-69d8e4be4.help.txt",
+            str(FIXTURES / "help" / "fork-b9079-69d8e4be4.help.txt"),
+        )
     )
     (tmp_path / "facts.yaml").write_text(facts)
     return tmp_path
@@ -106,7 +109,7 @@ def test_fail_on_thresholds(fail_on: str, code: int, tmp_path: Path) -> None:
             "--fail-on",
             fail_on,
             "--help-text",
-            str(FIXTURES / "help" / "fork-9079.txt"),
+            str(FIXTURES / "help" / "fork-b9079-69d8e4be4.help.txt"),
         ],
         cwd=tmp_path,
     )

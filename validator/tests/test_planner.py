@@ -580,3 +580,212 @@ def test_fixture_is_reproducible() -> None:
     assert data["tensors"] == gen.solve()
     assert data["metadata"] == gen.METADATA
     assert os.path.getsize(QWEN36) < 200_000
+
+
+# ----------------------------------------------------------------------------- real server logs
+#
+# Measured with the TurboQuant fork's llama-server, build 9079 (69d8e4be4), on CPU, by
+# tools/planner_vs_log.py with the three models of molecule/_shared/make-tiny-model.py. The
+# metadata below are those models' (only the keys the planner reads). Each row is the server's
+# `llama_kv_cache: size = ... K (T): X MiB, V (T): Y MiB` line and, for the hybrid model, its
+# `llama_memory_recurrent: size = Z MiB (...), R (f32): ... MiB, S (f32): ... MiB` line; the log
+# prints two decimals, so the planner must be within 0.005 MiB.
+
+
+def _tiny_llama(gqa_ratio: int = 1) -> ModelFacts:
+    """make-tiny-model.py [--gqa-ratio N]: 2 layers, n_embd 64, 2 KV heads of 32, 2*N Q heads."""
+    meta = {
+        "general.architecture": "llama",
+        "general.name": f"tiny llama gqa {gqa_ratio}",
+        "llama.block_count": 2,
+        "llama.context_length": 131072,
+        "llama.embedding_length": 64,
+        "llama.feed_forward_length": 128,
+        "llama.attention.head_count": 2 * gqa_ratio,
+        "llama.attention.head_count_kv": 2,
+        "llama.attention.key_length": 32,
+        "llama.attention.value_length": 32,
+        "llama.vocab_size": 38331,
+    }
+    return ModelFacts(meta, [])
+
+
+def _tiny_qwen35moe() -> ModelFacts:
+    """make-tiny-model.py --arch qwen35moe: 8 blocks, full attention every 4th (16/2 heads of
+    64), 6 gated-delta-net layers (conv 4, state 128, 2 groups, 4 value heads, inner 512)."""
+    a = "qwen35moe."
+    meta: dict[str, Any] = {
+        "general.architecture": "qwen35moe",
+        "general.name": "tiny qwen35moe",
+        a + "block_count": 8,
+        a + "context_length": 131072,
+        a + "embedding_length": 64,
+        a + "attention.head_count": 16,
+        a + "attention.head_count_kv": 2,
+        a + "attention.key_length": 64,
+        a + "attention.value_length": 64,
+        a + "full_attention_interval": 4,
+        a + "ssm.conv_kernel": 4,
+        a + "ssm.state_size": 128,
+        a + "ssm.group_count": 2,
+        a + "ssm.time_step_rank": 4,
+        a + "ssm.inner_size": 512,
+        a + "expert_count": 4,
+        a + "expert_used_count": 2,
+        a + "expert_feed_forward_length": 32,
+        a + "expert_shared_feed_forward_length": 32,
+        a + "vocab_size": 38331,
+    }
+    return ModelFacts(meta, [])
+
+
+_TINY = {"llama": _tiny_llama(), "gqa6": _tiny_llama(6), "qwen35moe": _tiny_qwen35moe()}
+
+# (model, flags, logged K type, K MiB, V type, V MiB, K/V cells, recurrent R+S MiB or None)
+REAL_LOG = [
+    ("llama", "-c 4096 -np 1 -ctk f16 -ctv f16", "f16", 1.00, "f16", 1.00, 4096, None),
+    ("llama", "-c 8192 -np 2 -ctk q8_0 -ctv q8_0", "q8_0", 1.06, "q8_0", 1.06, 8192, None),
+    ("llama", "-c 16384 -np 4 --kv-unified -ctk q4_0 -ctv q4_0", "q4_0", 1.12, "q4_0", 1.12,
+     16384, None),
+    ("llama", "-c 131072 -np 1 -fa on -ctk q8_0 -ctv turbo3", "q8_0", 17.00, "turbo3", 25.00,
+     131072, None),
+    ("llama", "-c 32768 -np 1 -fa on -ctk turbo3 -ctv turbo3", "turbo3", 6.25, "turbo3", 6.25,
+     32768, None),
+    ("llama", "-c 65536 -np 2 --kv-unified -fa on -ctk turbo4 -ctv turbo4", "turbo4", 17.00,
+     "turbo4", 17.00, 65536, None),
+    ("llama", "-c 32768 -np 4 -fa on -ctk turbo2 -ctv turbo2", "turbo2", 4.25, "turbo2", 4.25,
+     32768, None),
+    ("llama", "-c 10000 -np 3 -ctk f16 -ctv f16", "f16", 2.62, "f16", 2.62, 10752, None),
+    ("llama", "-c 8192 -ctk q8_0 -ctv q8_0", "q8_0", 1.06, "q8_0", 1.06, 8192, None),
+    ("llama", "-c 5000 -np 2 --kv-unified -ctk bf16 -ctv q5_1", "bf16", 1.25, "q5_1", 0.47,
+     5120, None),
+    ("llama", "-c 0 -np 1 -ctk q5_0 -ctv iq4_nl", "q5_0", 11.00, "iq4_nl", 9.00, 131072, None),
+    ("llama", "-c 12288 -np 1 -fa off -ctk q4_1 -ctv f32", "q4_1", 0.94, "f32", 6.00, 12288,
+     None),
+    ("gqa6", "-c 65536 -np 1 -fa on -ctk turbo3 -ctv turbo3", "q8_0", 8.50, "turbo3", 12.50,
+     65536, None),
+    ("gqa6", "-c 16384 -np 2 -fa on -ctk turbo2 -ctv turbo2", "q8_0", 2.12, "turbo2", 2.12,
+     16384, None),
+    ("gqa6", "-c 32768 -np 1 -fa on -ctk q8_0 -ctv turbo4", "q8_0", 4.25, "turbo4", 8.50,
+     32768, None),
+    ("qwen35moe", "-c 4096 -np 1 -ctk f16 -ctv f16", "f16", 2.00, "f16", 2.00, 4096, 1.57),
+    ("qwen35moe", "-c 131072 -np 4 -fa on -ctk q8_0 -ctv turbo3", "q8_0", 34.00, "turbo3",
+     25.00, 131072, 6.28),
+    ("qwen35moe", "-c 65536 -np 2 --kv-unified -fa on -ctk turbo3 -ctv turbo3", "q8_0", 17.00,
+     "turbo3", 12.50, 65536, 3.14),
+    ("qwen35moe", "-c 32768 -np 1 -fa on -ctk turbo2 -ctv turbo2", "q8_0", 8.50, "turbo2", 6.38,
+     32768, 1.57),
+    ("qwen35moe", "-c 16384 -ctk q8_0 -ctv q8_0", "q8_0", 4.25, "q8_0", 4.25, 16384, 6.28),
+    ("qwen35moe", "-c 20000 -np 3 -fa on -ctk turbo4 -ctv turbo4", "q8_0", 5.38, "turbo4",
+     5.38, 20736, 4.71),
+    ("qwen35moe", "-c 8192 -np 2 -fa on -ctk q8_0 -ctv turbo2", "q8_0", 2.12, "turbo2", 1.59,
+     8192, 3.14),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("row", REAL_LOG, ids=[f"{r[0]} {r[1]}" for r in REAL_LOG])
+def test_matches_the_fork_server_log(row: tuple[Any, ...]) -> None:
+    model, flags, tk, k_mib, tv, v_mib, cells, rs_mib = row
+    # auto_asymmetric=True: build 9079 rewrites a symmetric turbo K to q8_0 at head ratio >= 6
+    p = plan_for(_TINY[model], flags, auto_asymmetric=True)
+    assert (p.cache_type_k, p.cache_type_v) == (tk, tv)
+    assert abs(p.kv_k_mib - k_mib) <= 0.005 + 1e-9
+    assert abs(p.kv_v_mib - v_mib) <= 0.005 + 1e-9
+    assert p.n_ctx_seq * (1 if p.kv_unified else p.n_parallel) == cells
+    if rs_mib is None:
+        assert p.recurrent_mib == 0
+    else:
+        assert abs(p.recurrent_mib - rs_mib) <= 0.005 + 1e-9
+
+
+def test_boundary_v_keeps_first_and_last_two_layers_q8_0() -> None:
+    """Fix: a turbo2 V on a model with >= 8 layers is q8_0 on layers 0, 1, n-2, n-1.
+
+    Log (tiny qwen35moe, `-c 32768 -np 1 -fa on -ctk turbo2 -ctv turbo2`):
+    `llama_kv_cache: Boundary V auto-enabled for turbo2-V (opt-out: TURBO_LAYER_ADAPTIVE=0)`,
+    `llama_kv_cache: size =   14.88 MiB ( 32768 cells,   2 layers,  1/1 seqs),
+    K (q8_0):    8.50 MiB, V (turbo2):    6.38 MiB`: attention layers 3 and 7 of 8; layer 7 is a
+    boundary layer, so its V is q8_0 although the log names the cache turbo2.
+    """
+    m = _tiny_qwen35moe()
+    p = plan_for(m, "-c 32768 -np 1 -fa on -ctk turbo2 -ctv turbo2", auto_asymmetric=True)
+    turbo2_layer = 32768 * 2 * 128 * 34 / 128  # head 64 padded to 128, 2.125 bit
+    q8_layer = 32768 * 2 * 64 * 34 / 32
+    assert p.kv_v_mib * MIB == turbo2_layer + q8_layer  # = 6.375 MiB
+    assert p.cache_type_v == "turbo2"
+    assert any("Boundary V" in n for n in p.notes)
+    # log: `-c 8192 -np 2 -fa on -ctk q8_0 -ctv turbo2` -> `V (turbo2):    1.59 MiB` (K q8_0 too)
+    p2 = plan_for(m, "-c 8192 -np 2 -fa on -ctk q8_0 -ctv turbo2")
+    assert p2.kv_v_mib == pytest.approx(1.59375)
+    # fewer than 8 layers: no boundary (tiny llama, `V (turbo2):    4.25 MiB` at 32768 x 4 seqs)
+    assert plan_for(_tiny_llama(), "-c 32768 -np 4 -ctk turbo2 -ctv turbo2").kv_v_mib == 4.25
+    # only turbo2 is affected
+    assert planner.layer_cache_type_v("turbo3", 7, 8) == "turbo3"
+    assert [planner.layer_cache_type_v("turbo2", il, 8) for il in range(8)] == [
+        "q8_0", "q8_0", "turbo2", "turbo2", "turbo2", "turbo2", "q8_0", "q8_0",
+    ]  # fmt: skip
+
+
+def test_boundary_v_on_the_seed_model(qwen: ModelFacts) -> None:
+    """Arithmetic for Qwen3.6 (40 blocks, attention at 3, 7, ..., 39): layer 39 is a boundary
+    layer, so -ctv turbo2 costs 9 turbo2 layers + 1 q8_0 layer, not 10 turbo2 layers."""
+    p = plan_for(qwen, "-c 204800 -ctk q8_0 -ctv turbo2")
+    turbo2 = 204800 * 2 * 256 * 2.125 / 8 / MIB  # 26.5625 MiB per layer
+    q8 = 204800 * 2 * 256 * 8.5 / 8 / MIB  # 106.25 MiB
+    assert p.kv_v_mib == pytest.approx(9 * turbo2 + q8)  # 345.31, was planned as 265.63
+
+
+def test_auto_asymmetric_uses_the_ratio_of_layer_0() -> None:
+    """Fix: the fork tests `n_head(0) / n_head_kv(0)` (integers; 1 when layer 0 has no KV heads),
+    not the largest ratio of any attention layer.
+
+    Log (tiny llama --gqa-ratio 6, `-c 65536 -np 1 -fa on -ctk turbo3 -ctv turbo3`):
+    `auto-asymmetric: GQA ratio 6:1 (n_head=12, n_head_kv=2) — upgrading K from turbo3 to q8_0`,
+    `K (q8_0):    8.50 MiB, V (turbo3):   12.50 MiB`.
+    """
+    p = plan_for(_tiny_llama(6), "-c 65536 -np 1 -fa on -ctk turbo3 -ctv turbo3")
+    assert p.turbo_auto_asymmetric
+    q8 = plan_for(
+        _tiny_llama(6), "-c 65536 -np 1 -fa on -ctk turbo3 -ctv turbo3", auto_asymmetric=True
+    )
+    assert (q8.cache_type_k, q8.kv_k_mib, q8.kv_v_mib) == ("q8_0", 8.5, 12.5)
+    # 13 / 2 = 6 in integers: rewritten; 11 / 2 = 5: not
+    m13 = _tiny_llama(6)
+    m13.metadata["llama.attention.head_count"] = 13
+    assert planner.geometry(m13).turbo_gqa_ratio == 6
+    assert plan_for(m13, "-c 4096 -ctk turbo4 -ctv turbo4").turbo_auto_asymmetric
+    m13.metadata["llama.attention.head_count"] = 11
+    assert not plan_for(m13, "-c 4096 -ctk turbo4 -ctv turbo4").turbo_auto_asymmetric
+    # a hybrid whose layer 0 is recurrent (head_count_kv 0 there): the fork sees ratio 1
+    meta = {
+        "general.architecture": "jamba",
+        "jamba.block_count": 4,
+        "jamba.embedding_length": 256,
+        "jamba.context_length": 8192,
+        "jamba.attention.head_count": 16,
+        "jamba.attention.head_count_kv": [0, 0, 0, 2],
+        "jamba.attention.key_length": 128,
+        "jamba.attention.value_length": 128,
+        "jamba.vocab_size": 1000,
+    }
+    hy = ModelFacts(meta, [])
+    assert planner.geometry(hy).max_gqa_ratio == 8
+    assert planner.geometry(hy).turbo_gqa_ratio == 1
+    p_hy = plan_for(hy, "-c 8192 -ctk turbo3 -ctv turbo3", auto_asymmetric=True)
+    assert not p_hy.turbo_auto_asymmetric and p_hy.cache_type_k == "turbo3"
+
+
+def test_recurrent_state_split_and_checkpoint_match_the_log() -> None:
+    """Log (tiny qwen35moe, `-c 131072 -np 4 -fa on -ctk q8_0 -ctv turbo3`):
+    `llama_memory_recurrent: size =    6.28 MiB (     4 cells,   8 layers,  4 seqs),
+    R (f32):    0.28 MiB, S (f32):    6.00 MiB`: one state per sequence (4 slots, not unified),
+    and `created context checkpoint 1 of 32 (... size = 1.570 MiB)`: one sequence's state."""
+    m = _tiny_qwen35moe()
+    geo = planner.geometry(m)
+    assert geo.rs_conv_bytes_per_layer == 4 * 3 * (512 + 2 * 2 * 128)
+    assert geo.rs_bytes_per_layer - geo.rs_conv_bytes_per_layer == 4 * 128 * 512
+    p = plan_for(m, "-c 131072 -np 4 -fa on -ctk q8_0 -ctv turbo3")
+    assert p.recurrent_mib == pytest.approx(6 * 4 * (3072 + 65536) * 4 / MIB)  # 6.28
+    assert 6 * 4 * geo.rs_conv_bytes_per_layer / MIB == pytest.approx(0.28, abs=0.005)
+    assert p.checkpoint_each_mib == pytest.approx(1.570, abs=0.0005)
+    assert p.n_ctx_seq == 32768 and not p.kv_unified  # `n_ctx_seq = 32768`, `kv_unified = false`

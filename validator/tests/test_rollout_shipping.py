@@ -38,10 +38,14 @@ def test_rollout_hands_shipping_to_the_role() -> None:
     includes = [
         t for t in tasks if (t.get("ansible.builtin.include_role") or {}).get("name") == "llama_cpp"
     ]
-    assert len(includes) == 1
-    shipped = includes[0]["vars"]
-    assert "_rollout_distribute" in shipped["llama_cpp_ship_dir"]
-    assert "_rollout_platform" in shipped["llama_cpp_ship_platform"]
+    # staged once per platform (built, or installed as shipped) before the preflight, then
+    # converged in the canary-first play: every include ships through the role, never switches
+    assert len(includes) == 3
+    for inc in includes:
+        shipped = inc["vars"]
+        assert "_rollout_distribute" in shipped["llama_cpp_ship_dir"]
+        assert "_rollout_platform" in shipped["llama_cpp_ship_platform"]
+        assert shipped["llama_cpp_activate"] is False
     text = ROLLOUT.read_text()
     for gone in ("unarchive", "mtime", "llama_cpp_manifest.name", "ansible.builtin.fetch"):
         assert gone not in text, gone

@@ -1,6 +1,7 @@
 """Verify the claude scenario's server: llama-server listens on the bridge address for the client."""
 
 import os
+import re
 import shlex
 
 NET = os.environ.get("LLAMAFLEET_NET", "10.131.7")
@@ -44,3 +45,30 @@ def test_tls_files_are_root_only(host):
     for name, mode in (("ca.key", 0o600), ("ca.crt", 0o644), ("main.key", 0o600)):
         f = host.file(f"/etc/llamafleet/tls/{name}")
         assert f.user == "root" and f.mode == mode, name
+
+
+def test_kv_cache_types_from_the_journal(host):
+    """The fork's KV types are really in use: llama-server's own log line, read from the journal
+    (the fork zero-pads turbo V heads to 128: head_dim 32 -> 128)."""
+    log = "journalctl -u llama-server-main.service -o cat --no-pager | grep -F "
+    size = host.run(log + "'llama_kv_cache: size' | tail -n 1").stdout
+    m = re.search(r"K \((\w+)\):\s+([\d.]+) MiB, V \((\w+)\):\s+([\d.]+) MiB", size)
+    assert m, size
+    assert (m.group(1), m.group(3)) == ("q8_0", "turbo3"), m.group(0)
+    assert host.run(log + "'turbo zero-padding V head_dim 32 -> 128'").rc == 0
+
+
+def test_the_fixed_chat_template_is_served(host):
+    """The model's own template (official Qwen3.5) raises on Claude Code's late system message: the
+    role serves a copy whose guard renders it in place, root-owned, named in the unit with its
+    sha256, and the server never answered with the template's exception."""
+    path = "/etc/llamafleet/chat-templates/main.jinja"
+    f = host.file(path)
+    assert f.exists and f.user == "root" and f.mode == 0o644
+    assert "raise_exception('System message must be at the beginning.')" not in f.content_string
+    assert "_lf_late_system" in f.content_string
+    unit = host.file("/etc/systemd/system/llama-server-main.service").content_string
+    assert f"--chat-template-file {path}" in unit
+    assert f"# chat template: {path} sha256 {f.sha256sum}" in unit
+    log = host.run("journalctl -u llama-server-main.service -o cat --no-pager").stdout
+    assert "System message must be at the beginning" not in log

@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import re
 
 import pytest
 
@@ -29,8 +30,8 @@ def test_current_and_previous_links(host):
     current = host.file("/opt/llama.cpp/current")
     previous = host.file("/opt/llama.cpp/previous")
     assert current.is_symlink and previous.is_symlink
-    assert current.linked_to.startswith("/opt/llama.cpp/builds/b2-")
-    assert previous.linked_to.startswith("/opt/llama.cpp/builds/b1-")
+    assert current.linked_to.startswith("/opt/llama.cpp/builds/b9080-")
+    assert previous.linked_to.startswith("/opt/llama.cpp/builds/b9079-")
     # same options, other commit: the same options hash ends both names
     assert current.linked_to.rsplit("-", 1)[1] == previous.linked_to.rsplit("-", 1)[1]
 
@@ -40,9 +41,10 @@ def test_binary_runs_and_reports_its_version(host):
     assert out.rc == 0
     text = out.stdout + out.stderr
     m = manifest(host, "current")
-    short = m["commit"][:7]
-    # "version: 2 (abc1234)" in older builds, "version: 0.5.0-dev (build 2, commit abc1234)" in newer ones
-    assert f"version: 2 ({short})" in text or f"(build 2, commit {short})" in text
+    # the fork (build 9079 + test/next's commit): "version: 9080 (<short commit>)"
+    found = re.search(r"version: (\d+) \(([0-9a-f]{7,})\)", text)
+    assert found, text
+    assert found.group(1) == "9080" and m["commit"].startswith(found.group(2))
     assert m["version_output"] in text.strip()
 
 
@@ -59,7 +61,7 @@ def test_manifest(host):
     assert m["cuda_architectures"] == []
     opts = m["cmake_options"]
     assert opts["BUILD_SHARED_LIBS"] == "OFF"
-    assert opts["LLAMA_BUILD_NUMBER"] == "2"
+    assert opts["LLAMA_BUILD_NUMBER"] == "9080"
     for off in ("LLAMA_BUILD_TESTS", "LLAMA_BUILD_EXAMPLES", "LLAMA_BUILD_UI", "LLAMA_BUILD_WEBUI",
                 "LLAMA_USE_PREBUILT_UI"):
         assert opts[off] == "OFF"
@@ -68,13 +70,13 @@ def test_manifest(host):
     assert "--ctx-size" in host.file(m["help_file"]).content_string
     prev = manifest(host, "previous")
     assert prev["ref"] == "feature/turboquant-kv-cache"
-    assert prev["build_number"] == 1
+    assert prev["build_number"] == 9079
     assert prev["commit"] != m["commit"]
 
 
 def test_build_is_pinned_and_unprivileged(host):
     m = manifest(host, "current")
-    assert m["commit"] == "478b0f0b0ad11c620f5e3c94511323da4bb7ffcf" and m["pinned"] is True
+    assert m["commit"] == "e5f4827604fe63c3681edc2a2d2613a42d28bf52" and m["pinned"] is True
     # what was installed is what the build account produced, byte for byte
     assert m["binaries_sha256"]["llama-server"] == host.file(SERVER).sha256sum
     work = host.file("/var/cache/llama.cpp")

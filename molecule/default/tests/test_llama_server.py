@@ -2,9 +2,15 @@
 working prompt cache. Requests are made from inside the host with its own python3 (urllib)."""
 
 import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 UNIT = "llama-server-main.service"
+SERVER = "/opt/llama.cpp/current/bin/llama-server"
+WWW = os.path.join(os.environ.get("LLAMAFLEET_TESTHOSTS", "/var/tmp/llamafleet-testhosts"), "www")
 PORT = 8080
 KEY_FILE = "/etc/llamafleet/keys/main.key"
 
@@ -124,3 +130,36 @@ def test_slots_endpoint_off(host):
     res = request(host, "/slots", api_key(host))
     assert res["status"] in (404, 501), res
     assert request(host, "/slots")["status"] == 401
+
+
+def test_kv_cache_types_from_the_journal(host):
+    """The fork's KV types are really in use: llama-server's own log line, read from the journal
+    (the fork zero-pads turbo V heads to 128: head_dim 32 -> 128)."""
+    log = "journalctl -u llama-server-main.service -o cat --no-pager | grep -F "
+    size = host.run(log + "'llama_kv_cache: size' | tail -n 1").stdout
+    m = re.search(r"K \((\w+)\):\s+([\d.]+) MiB, V \((\w+)\):\s+([\d.]+) MiB", size)
+    assert m, size
+    assert (m.group(1), m.group(3)) == ("q8_0", "turbo3"), m.group(0)
+    assert host.run(log + "'turbo zero-padding V head_dim 32 -> 128'").rc == 0
+
+
+def test_planner_matches_the_servers_own_log(host, capsys):
+    """The planner's K, V and recurrent-state MiB against the log lines of this host's fork build
+    (validator/tools/planner_vs_log.py: 22 configurations, the tiny llama, its GQA-6 variant and the
+    tiny qwen35moe, copied over SSH; each server runs on the host's loopback and is killed)."""
+    v = host.ansible.get_variables()
+    root = Path(__file__).resolve().parents[3]
+    key = v.get("ansible_private_key_file") or v["ansible_ssh_private_key_file"]
+    ssh = (
+        f"ssh -i {key} -o StrictHostKeyChecking=no "
+        f"-o UserKnownHostsFile=/dev/null -o LogLevel=ERROR root@{v['ansible_host']}"
+    )
+    proc = subprocess.run(
+        [sys.executable, str(root / "validator" / "tools" / "planner_vs_log.py"),
+         "--server", SERVER, "--models-dir", os.path.join(WWW, "models"), "--no-generate",
+         "--ssh", ssh, "--remote-dir", "/var/tmp/llamafleet-planner"],
+        capture_output=True, text=True, timeout=900, check=False,
+    )
+    with capsys.disabled():
+        print("\n" + proc.stdout + proc.stderr[-2000:])
+    assert proc.returncode == 0

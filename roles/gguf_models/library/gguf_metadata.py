@@ -225,7 +225,7 @@ def summarize(files, headers, sizes):
     def a(key):
         return kv.get(f"{arch}.{key}")
 
-    template = kv.pop("tokenizer.chat_template", None)
+    template = kv.get("tokenizer.chat_template")
     return {
         "path": path,
         "files": files,

@@ -257,6 +257,31 @@ def systemd_quote(argv: Any, purpose: str = "ExecStart=") -> str:
     return " ".join(out)
 
 
+#: Terminal escapes systemd-analyze prints on a terminal or with SYSTEMD_COLORS set: CSI colour
+#: codes (ESC [ ... m) and OSC 8 hyperlinks around the unit name (ESC ] 8;;file://... BEL), whose
+#: URL has a ':' of its own.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
+#: The summary line of `systemd-analyze security UNIT`, e.g.
+#: "→ Overall exposure level for llama-server-x.service: 1.2 OK :-)" (the arrow is "->" without
+#: UTF-8, the smiley an emoji with it); a unit name may itself contain ':'.
+_EXPOSURE = re.compile(
+    r"Overall exposure level for .+?:\s*([0-9]+(?:[.][0-9]+)?)(?:\s+([A-Z][A-Z_]*)\b)?"
+)
+
+
+def llamafleet_exposure_score(text: Any) -> str:
+    """The overall exposure score and level that `systemd-analyze security UNIT` prints last:
+    "1.2 OK", "5.5 MEDIUM", "7.9 EXPOSED", "9.6 UNSAFE" (with or without the arrow, colour codes
+    or the smiley that follow), the score alone when no level word follows it, or "n/a" when the
+    output has no such line (the command failed or is missing)."""
+    plain = _ANSI.sub("", "" if text is None else str(text))
+    found = _EXPOSURE.findall(plain)
+    if not found:
+        return "n/a"
+    score, level = found[-1]
+    return f"{score} {level}" if level else score
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -270,4 +295,5 @@ class FilterModule:
             "llamafleet_tls_sans": tls_sans,
             "llamafleet_client_keys": client_keys,
             "llamafleet_client_key_file": client_key_file,
+            "llamafleet_exposure_score": llamafleet_exposure_score,
         }

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from llamafleet import __version__
+from llamafleet.config_file import CONFIG_NAMES, find_config
 from llamafleet.errors import SEVERITIES, InputError
 
 if TYPE_CHECKING:
@@ -20,7 +21,6 @@ if TYPE_CHECKING:
 # need them, so `plan` and `inspect` start fast.
 
 EXIT_USAGE = 2
-CONFIG_NAMES = (".llamafleet.yaml", ".llamafleet.yml")
 CLIENT_ENV_PREFIXES = ("ANTHROPIC_", "CLAUDE_CODE_", "API_TIMEOUT_MS")
 
 
@@ -116,7 +116,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise UsageError("nothing to check: give files, or llama-server flags after --")
     facts = gather_facts(args)
     config = Config()
-    config_path = args.config or next((n for n in CONFIG_NAMES if os.path.isfile(n)), None)
+    # --config, else the nearest .llamafleet.yaml/.yml up to the repository's top (config_file)
+    config_path = args.config or _discover_config()
     if config_path:
         config = load_config(config_path)
     env: dict[str, str] = {}
@@ -142,6 +143,14 @@ def cmd_check(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
     fail_on = args.fail_on or config.fail_on or "error"
     return exit_code(result, fail_on)
+
+
+def _discover_config() -> str | None:
+    try:
+        cwd = os.getcwd()
+    except OSError:  # the current directory was removed: no config to find
+        return None
+    return find_config(cwd)
 
 
 def referenced_policy(args: argparse.Namespace) -> ReferencedFiles:
@@ -297,7 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--config",
         metavar="FILE",
-        help="config with skip/severity/fail_on (default: ./.llamafleet.yaml)",
+        help="config with skip/severity/fail_on (default: the nearest "
+        f"{' or '.join(CONFIG_NAMES)} in the current directory or above it, up to the "
+        "directory that holds .git)",
     )
     c.add_argument("--select", metavar="IDS", help="only these rule ids, comma-separated")
     c.set_defaults(func=cmd_check)
@@ -316,6 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
     i.set_defaults(func=cmd_inspect)
 
     _register_plan(sub)
+    from llamafleet import template_cli
+
+    template_cli.register(sub)
     return p
 
 

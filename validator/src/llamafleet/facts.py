@@ -110,7 +110,11 @@ def load_facts_file(path: str, facts: Facts | None = None) -> Facts:
         raise FactsError(f"{path}{where}: not valid YAML/JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise FactsError(f"{path}: expected a mapping of facts")
-    known = {
+    return apply_facts(data, facts, path, base)
+
+
+KNOWN_FACTS = frozenset(
+    {
         "help_text",
         "help_file",
         "version_text",
@@ -124,17 +128,47 @@ def load_facts_file(path: str, facts: Facts | None = None) -> Facts:
         "cpu_cores",
         "ram_mib",
     }
+)
+
+
+def apply_facts(
+    data: Mapping[str, Any],
+    facts: Facts | None = None,
+    source: str = "<facts>",
+    base: str | None = None,
+) -> Facts:
+    """Apply a mapping of facts (the shape of a facts file) to ``facts``. ``base``: the directory
+    relative paths in it are read from; ``None`` (facts handed over in-process, e.g. by an Ansible
+    action plugin on the controller): every fact must be inline, a path is refused (it would name
+    a file of the managed host, not of the controller)."""
+    facts = facts or Facts()
+    known = KNOWN_FACTS
     unknown = sorted(set(data) - known)
     if unknown:
         raise FactsError(
-            f"{path}: unknown fact(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            f"{source}: unknown fact(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
         )
+    inline = base is None
+    if base is None:
+        named = [k for k in ("help_file", "gguf") if data.get(k)]
+        named += [
+            k for k in ("build_manifest", "model_meta", "model") if isinstance(data.get(k), str)
+        ]
+        if named:
+            raise FactsError(
+                f"{source}: {', '.join(named)} name files; give the facts inline here "
+                "(help_text, a build_manifest mapping, a model mapping)"
+            )
+        base = "."
     if data.get("build_manifest"):
         bm = data["build_manifest"]
         if isinstance(bm, str):
             bm_path = bm if os.path.isabs(bm) else os.path.join(base, bm)
             apply_manifest(facts, json.loads(_read(bm_path, ".")), os.path.dirname(bm_path))
         elif isinstance(bm, dict):
+            if inline and not bm.get("help_text"):
+                # its help_file is a path on the managed host
+                bm = {k: v for k, v in bm.items() if k != "help_file"}
             apply_manifest(facts, bm, base)
     if data.get("help_text"):
         facts.set_help(str(data["help_text"]))
@@ -146,7 +180,7 @@ def load_facts_file(path: str, facts: Facts | None = None) -> Facts:
     if isinstance(model, str):
         facts.model = load_model_meta(model if os.path.isabs(model) else os.path.join(base, model))
     elif isinstance(model, dict):
-        facts.model = model_from_dict(model, path)
+        facts.model = model_from_dict(model, source)
     if data.get("gguf"):
         g = str(data["gguf"])
         facts.model = load_model_meta(g if os.path.isabs(g) else os.path.join(base, g))

@@ -70,7 +70,17 @@ KV_TYPES: dict[str, tuple[int, int]] = {
 TURBO_KV_TYPES = frozenset({"turbo2", "turbo3", "turbo4", "tq5_0", "tq6_0"})
 UNQUANTIZED_KV_TYPES = frozenset({"f32", "f16", "bf16"})
 #: Query/KV head ratio from which the fork (2026-05 head) rewrites a symmetric turbo K to q8_0.
+#: The fork computes it from layer 0 only, ``n_head(0) / n_head_kv(0)`` in integers (1 when
+#: layer 0 has no KV heads), and only for turbo2/turbo3/turbo4 (src/llama-kv-cache.cpp).
 TURBO_AUTO_ASYMMETRIC_RATIO = 6
+TURBO_AUTO_ASYMMETRIC_TYPES = frozenset({"turbo2", "turbo3", "turbo4"})
+#: "Boundary V": with a turbo2 V cache on a model of at least this many layers (all layers,
+#: recurrent ones included), the fork (2026-05 head) keeps V of the first 2 and the last 2
+#: layers in q8_0 (``TURBO_LAYER_ADAPTIVE`` mode 7, auto-enabled; ``TURBO_LAYER_ADAPTIVE=0``
+#: turns it off). The log still labels the cache ``V (turbo2)``.
+TURBO_BOUNDARY_V_MIN_LAYERS = 8
+TURBO_BOUNDARY_V_LAYERS = 2
+TURBO_BOUNDARY_V_TYPE = "q8_0"
 
 #: Architectures whose layers are all recurrent (no KV cache at all).
 _PURE_RECURRENT = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
@@ -116,6 +126,7 @@ class Geometry:
     ffn_per_token: int  # FFN width one token touches (experts used x expert width + shared)
     ssm_width: int
     notes: tuple[str, ...] = ()
+    rs_conv_bytes_per_layer: int = 0  # the conv (R) part of rs_bytes_per_layer
 
     @property
     def n_attention_layers(self) -> int:
@@ -132,6 +143,12 @@ class Geometry:
     @property
     def recurrent_bytes_per_seq(self) -> int:
         return self.rs_bytes_per_layer * self.n_recurrent_layers
+
+    @property
+    def turbo_gqa_ratio(self) -> int:
+        """The head ratio the fork's auto-asymmetric rule looks at: layer 0's, in integers."""
+        kv0 = self.n_head_kv[0] if self.n_head_kv else 0
+        return self.n_head[0] // kv0 if kv0 > 0 else 1
 
     @property
     def max_gqa_ratio(self) -> float:
@@ -292,6 +309,7 @@ def geometry(model: ModelFacts) -> Geometry:
         ffn_per_token=ffn_per_token,
         ssm_width=ssm_width,
         notes=tuple(notes),
+        rs_conv_bytes_per_layer=4 * n_r,
     )
 
 
@@ -311,6 +329,21 @@ def _kv_type(cache_type: str) -> tuple[int, int]:
         raise PlanError(
             f"unknown KV cache type {cache_type!r} (known: {', '.join(KV_TYPES)})"
         ) from None
+
+
+def layer_cache_type_v(cache_type_v: str, il: int, n_layer: int) -> str:
+    """The V cache type the fork gives layer ``il`` when ``-ctv cache_type_v`` is asked for.
+
+    Only a turbo2 V changes: "Boundary V" (see ``TURBO_BOUNDARY_V_MIN_LAYERS``) stores the first
+    two and the last two layers in q8_0 on models with at least 8 layers.
+    """
+    if (
+        cache_type_v.lower() == "turbo2"
+        and n_layer >= TURBO_BOUNDARY_V_MIN_LAYERS
+        and (il < TURBO_BOUNDARY_V_LAYERS or il >= n_layer - TURBO_BOUNDARY_V_LAYERS)
+    ):
+        return TURBO_BOUNDARY_V_TYPE
+    return cache_type_v
 
 
 def kv_row_bytes(cache_type: str, n_head_kv: int, head_dim: int) -> int:
@@ -613,8 +646,8 @@ def estimate(
         notes.append(f"{type_v} is a K-only TurboQuant type; the fork rejects it for V")
     auto_asym = (
         type_k == type_v
-        and type_k in ("turbo2", "turbo3", "turbo4")
-        and geo.max_gqa_ratio >= TURBO_AUTO_ASYMMETRIC_RATIO
+        and type_k in TURBO_AUTO_ASYMMETRIC_TYPES
+        and geo.turbo_gqa_ratio >= TURBO_AUTO_ASYMMETRIC_RATIO
         and geo.n_attention_layers > 0
     )
     eff_k = type_k
@@ -622,7 +655,7 @@ def estimate(
         if auto_asymmetric:
             eff_k = "q8_0"
             notes.append(
-                f"symmetric {type_k} K with head ratio {geo.max_gqa_ratio:g} >= 6: the "
+                f"symmetric {type_k} K with head ratio {geo.turbo_gqa_ratio} >= 6: the "
                 "fork's 2026-05 build rewrites K to q8_0 (TURBO_AUTO_ASYMMETRIC); "
                 "modelled as q8_0"
             )
@@ -642,7 +675,7 @@ def estimate(
                 / MIB
             )
             notes.append(
-                f"symmetric {type_k} K with head ratio {geo.max_gqa_ratio:g} >= 6: the "
+                f"symmetric {type_k} K with head ratio {geo.turbo_gqa_ratio} >= 6: the "
                 "fork's 2026-05 build silently uses q8_0 K instead "
                 f"(K {alt:.2f} MiB; TURBO_AUTO_ASYMMETRIC=0 keeps {type_k}); "
                 "planned as the seed's older build"
@@ -659,6 +692,24 @@ def estimate(
                 f"{which} head_dim {hd} is not a multiple of {blk}: llama.cpp cannot "
                 f"use {t} for this model"
             )
+
+    v_types = {
+        layer_cache_type_v(type_v, il, geo.n_layer)
+        for il in range(geo.n_layer)
+        if geo.attention[il]
+    }
+    if len(v_types) > 1:
+        n_boundary = sum(
+            1
+            for il in range(geo.n_layer)
+            if geo.attention[il] and layer_cache_type_v(type_v, il, geo.n_layer) != type_v
+        )
+        notes.append(
+            f"{type_v} V on a model with {geo.n_layer} >= {TURBO_BOUNDARY_V_MIN_LAYERS} layers: "
+            f"the fork keeps V of the first/last {TURBO_BOUNDARY_V_LAYERS} layers in "
+            f"{TURBO_BOUNDARY_V_TYPE} (Boundary V; {n_boundary} of "
+            f"{geo.n_attention_layers} attention layers here; TURBO_LAYER_ADAPTIVE=0 turns it off)"
+        )
 
     # --- weights
     off = offload_from_config(cfg)
@@ -683,7 +734,8 @@ def estimate(
         if geo.attention[il]:
             cells = (swa_cells if geo.swa[il] else n_ctx_seq) * n_stream
             kb = kv_row_bytes(eff_k, geo.n_head_kv[il], geo.head_k) * cells
-            vb = kv_row_bytes(type_v, geo.n_head_kv[il], geo.head_v) * cells
+            vt = layer_cache_type_v(type_v, il, geo.n_layer)
+            vb = kv_row_bytes(vt, geo.n_head_kv[il], geo.head_v) * cells
             k_bytes += kb
             v_bytes += vb
             if not (on_gpu and kv_offload):
@@ -707,7 +759,11 @@ def estimate(
             if geo.attention[il] and geo.swa[il]:
                 swa_seq_bytes += per_seq * (
                     kv_row_bytes(eff_k, geo.n_head_kv[il], geo.head_k)
-                    + kv_row_bytes(type_v, geo.n_head_kv[il], geo.head_v)
+                    + kv_row_bytes(
+                        layer_cache_type_v(type_v, il, geo.n_layer),
+                        geo.n_head_kv[il],
+                        geo.head_v,
+                    )
                 )
     ckpt_each = geo.recurrent_bytes_per_seq + swa_seq_bytes
     checkpoints = ckpt_each * n_ckpt * n_parallel
@@ -752,8 +808,8 @@ def estimate(
     if flash_attn and geo.n_attention_layers:
         # upstream CUDA flash attention converts a quantized K/V (one layer's view) to f16 in
         # its pool for prompt batches; the fork's turbo kernels read their blocks directly
-        for t, hd in ((eff_k, geo.head_k), (type_v, geo.head_v)):
-            if t not in UNQUANTIZED_KV_TYPES and t not in TURBO_KV_TYPES:
+        for types, hd in (({eff_k}, geo.head_k), (v_types, geo.head_v)):
+            if any(t not in UNQUANTIZED_KV_TYPES and t not in TURBO_KV_TYPES for t in types):
                 staging += mask_cells * max(geo.n_head_kv) * hd * 2
     overhead = CUDA_OVERHEAD_MIB * MIB if any_gpu else 0
     if not any_gpu:
@@ -847,7 +903,8 @@ def _kv_total(
     for il in range(geo.n_layer):
         if geo.attention[il]:
             cells = (swa_cells if geo.swa[il] else n_ctx_seq) * n_stream
-            total += kv_row_bytes(cache_type, geo.n_head_kv[il], hd) * cells
+            t = cache_type if which == "k" else layer_cache_type_v(cache_type, il, geo.n_layer)
+            total += kv_row_bytes(t, geo.n_head_kv[il], hd) * cells
     return total
 
 

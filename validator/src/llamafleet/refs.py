@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 #: Referenced files above this size are not read.
 MAX_BYTES = 1 << 20
@@ -76,6 +77,9 @@ class ReferencedFiles:
 
     directory: str | None = None
     as_named: bool = False
+    #: texts handed over in memory, by the exact path an input names (an Ansible role passes the
+    #: files it is about to write beside a unit, e.g. its chat template): read before any disk
+    contents: Mapping[str, str] | None = field(default=None, hash=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.directory is not None and self.as_named:
@@ -83,7 +87,7 @@ class ReferencedFiles:
 
     @property
     def enabled(self) -> bool:
-        return self.as_named or self.directory is not None
+        return self.as_named or self.directory is not None or bool(self.contents)
 
     def locate(self, named: str) -> str | None:
         """Where the file an input names as ``named`` is read from, or None (never opened)."""
@@ -98,6 +102,8 @@ class ReferencedFiles:
 
     def size(self, named: str) -> int | None:
         """The size of the regular file an input names, when this policy allows looking at it."""
+        if self.contents is not None and named in self.contents:
+            return len(self.contents[named].encode("utf-8"))
         path = self.locate(named)
         if path is None:
             return None
@@ -109,6 +115,8 @@ class ReferencedFiles:
 
     def read(self, named: str) -> str | None:
         """The text of the file an input names, when this policy allows opening it."""
+        if self.contents is not None and named in self.contents:
+            return self.contents[named]
         path = self.locate(named)
         return None if path is None else read_regular_file(path)
 

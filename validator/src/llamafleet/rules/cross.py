@@ -1,16 +1,22 @@
-"""Rules across a client and the server it points at (XC001-XC002)."""
+"""Rules across a client and the server it points at (XC001-XC003)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
-from llamafleet.argv import ServerConfig
+from llamafleet import planner
+from llamafleet.argv import ServerConfig, parse_argv_list
+from llamafleet.facts import Facts
+from llamafleet.gguf_meta import ModelFacts, model_from_dict
 from llamafleet.refs import NEVER, ReferencedFiles
 from llamafleet.rules import Context, Hit, rule
-from llamafleet.rules.server import is_loopback
-from llamafleet.settings import Client
+from llamafleet.rules.client import _where
+from llamafleet.rules.server import context_size, is_loopback, slots
+from llamafleet.settings import Client, truthy
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080

@@ -1,4 +1,4 @@
-"""Rules on llama-server options (LS001-LS020)."""
+"""Rules on llama-server options (LS001-LS020) and its chat template (LS021-LS023)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import ipaddress
 from collections.abc import Iterator
 
 from llamafleet.argv import Option, ServerConfig, validate_value
+from llamafleet.chat_template import Classification, TemplateSource, classify, template_of
 from llamafleet.facts import Facts
 from llamafleet.flags import TURBO_CACHE_TYPES, UNQUANTIZED_CACHE_TYPES, table
 from llamafleet.rules import Context, Hit, rule
@@ -302,6 +303,8 @@ def unknown_flag(ctx: Context) -> Iterator[Hit]:
             if opt.from_env:
                 continue
             if opt.spec is None:
+                if helpfacts is not None and opt.written in helpfacts.names:
+                    continue  # not in the flag table, but the target build's --help lists it
                 yield Hit(
                     cfg.path,
                     opt.line,
@@ -347,6 +350,17 @@ def swa_full_on_hybrid(ctx: Context) -> Iterator[Hit]:
             yield Hit(cfg.path, opt.line, {"arch": model.architecture})
 
 
+#: The first fork build known to rewrite a symmetric turbo K to q8_0 on GQA >= 6 (its log:
+#: "auto-asymmetric: GQA ratio 6:1"; validator/tools/planner_vs_log.py measures it).
+FORK_AUTO_ASYMMETRIC_BUILD = 9079
+
+
+def _rewrites_turbo_k(ctx: Context) -> bool:
+    """Whether the build in the facts is a TurboQuant fork build that rewrites symmetric turbo K."""
+    f = ctx.facts
+    return bool(f.has_turbo) and (f.build_number or 0) >= FORK_AUTO_ASYMMETRIC_BUILD
+
+
 @rule("LS016")
 def does_not_fit(ctx: Context) -> Iterator[Hit]:
     model, vram = ctx.facts.model, ctx.facts.gpu_vram_mib
@@ -356,7 +370,9 @@ def does_not_fit(ctx: Context) -> Iterator[Hit]:
 
     for cfg in ctx.all_servers:
         try:
-            plan = planner.estimate(model, cfg, referenced=ctx.referenced)
+            plan = planner.estimate(
+                model, cfg, referenced=ctx.referenced, auto_asymmetric=_rewrites_turbo_k(ctx)
+            )
         except planner.PlanError:
             continue  # invalid values are LS020's; missing metadata means no estimate
         margin = planner.DEFAULT_MARGIN_MIB
@@ -429,3 +445,51 @@ def invalid_value(ctx: Context) -> Iterator[Hit]:
                 types = help_types or ("f16", "bf16", "q8_0", "q4_0", "q5_0", "iq4_nl", "...")
                 hint = f"Use one of: {', '.join(types)}."
             yield Hit(cfg.path, opt.line, {"detail": why, "hint": hint})
+
+
+# ----------------------------------------------------------------------------- chat template
+
+
+def _late_system(
+    ctx: Context, kinds: tuple[str, ...]
+) -> Iterator[tuple[ServerConfig, TemplateSource, Classification]]:
+    """(server, template source, classification) for each server whose chat template (see
+    llamafleet.chat_template.template_of) does one of ``kinds`` with Claude Code's late system
+    message. Every client the validator knows is Claude Code, so this holds whether clients were
+    checked with the server or not."""
+    for cfg in ctx.all_servers:
+        source = template_of(cfg, ctx.facts, ctx.referenced)
+        if source is None:
+            continue
+        result = classify(source.text)
+        if result.kind in kinds:
+            yield cfg, source, result
+
+
+@rule("LS021")
+def chat_template_rejects_late_system(ctx: Context) -> Iterator[Hit]:
+    for cfg, source, result in _late_system(ctx, ("raises",)):
+        yield Hit(cfg.path, source.line, {"origin": source.origin, "exception": result.detail})
+
+
+@rule("LS022")
+def chat_template_drops_late_system(ctx: Context) -> Iterator[Hit]:
+    for cfg, source, result in _late_system(ctx, ("drops", "moves")):
+        if result.kind == "drops":
+            detail = (
+                "it is left out: the model never sees the agent types and the skills list, and "
+                "cache reuse measured with this template overstates (99.8 % for a new session "
+                "where a template that renders the message gets 92.1 %)"
+            )
+        else:
+            detail = (
+                f"{result.detail}: the model reads the agent list out of order, and cache reuse "
+                "measured with this template does not hold for one that renders it in place"
+            )
+        yield Hit(cfg.path, source.line, {"origin": source.origin, "detail": detail})
+
+
+@rule("LS023")
+def chat_template_unrenderable(ctx: Context) -> Iterator[Hit]:
+    for cfg, source, result in _late_system(ctx, ("unrenderable",)):
+        yield Hit(cfg.path, source.line, {"origin": source.origin, "reason": result.detail})

@@ -1,0 +1,174 @@
+"""Requests shaped like Claude Code's own, for the gates that check a llama-server.
+
+``playbooks/files/claude-code-request.json`` holds the first main-conversation request of the real
+Claude Code CLI (the version the claude_code role pins), recorded by
+``validator/tools/capture_claude_request.py`` with the settings the role writes:
+``{"capture": {...}, "headers": {...}, "body": {...}}``. The body has top-level ``system`` blocks,
+``tools``, ``thinking``, a first user message with the ``<system-reminder>`` context and the prompt
+as its last text block, and, after the prompt, the late ``{"role": "system"}`` message (agent types
+and skills list) that some chat templates reject or drop.
+
+:func:`gate_requests` turns it into two request bodies that share everything up to the user's
+prompt and differ only in the prompt text, as two new sessions with different prompts do: the first
+warms the server's prompt cache, the second shows how much of it is reused.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from llamafleet.errors import InputError
+
+#: The two gate prompts (different, short, asking for a short answer).
+DEFAULT_PROMPTS = ("Reply with the single word OK.", "Reply with the single word YES.")
+#: Recorded headers a replayed request does not send (the transport's own, and the key).
+TRANSPORT_HEADERS = frozenset(
+    {"host", "content-length", "connection", "accept-encoding", "authorization", "x-api-key"}
+)
+
+
+def load_recorded(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and check a recording (``capture``, ``headers``, ``body``); returns the whole object.
+
+    Raises InputError when the file is not such a recording: no messages, no recorded prompt, or
+    the prompt not found as a text block of a user message.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except OSError as exc:
+        raise InputError(f"{os.fspath(path)}: cannot read the recorded request: {exc}") from exc
+    except ValueError as exc:
+        raise InputError(f"{os.fspath(path)}: not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InputError(f"{os.fspath(path)}: the top level is not an object")
+    for key in ("capture", "headers", "body"):
+        if not isinstance(data.get(key), dict):
+            raise InputError(f"{os.fspath(path)}: no {key!r} object (not a recorded request)")
+    messages = data["body"].get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InputError(f"{os.fspath(path)}: the recorded body has no messages")
+    prompt = data["capture"].get("prompt")
+    if not isinstance(prompt, str) or not prompt:
+        raise InputError(f"{os.fspath(path)}: capture.prompt (the recorded user prompt) is missing")
+    _prompt_block(data["body"], prompt)
+    return data
+
+
+def late_system_index(body: Mapping[str, Any]) -> int | None:
+    """The index in ``body["messages"]`` of the first ``role: system`` message that comes after
+    another message (Claude Code sends one after the user's prompt), or None."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return None
+    for i, message in enumerate(messages):
+        if i > 0 and isinstance(message, Mapping) and message.get("role") == "system":
+            return i
+    return None
+
+
+def _prompt_block(body: Mapping[str, Any], prompt: str) -> tuple[int, int | None]:
+    """(message index, block index or None for string content) of the user's prompt: the last
+    text of a user message before the late system message that equals the recorded prompt."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise InputError("the recorded body has no messages")
+    late = late_system_index(body)
+    end = len(messages) if late is None else late
+    for i in range(end - 1, -1, -1):
+        message = messages[i]
+        if not isinstance(message, Mapping) or message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            if content == prompt:
+                return i, None
+            continue
+        if isinstance(content, list):
+            for j in range(len(content) - 1, -1, -1):
+                block = content[j]
+                if isinstance(block, Mapping) and block.get("type") == "text":
+                    if block.get("text") == prompt:
+                        return i, j
+                    break
+    raise InputError(
+        f"the recorded prompt {prompt!r} is not the last text block of a user message before "
+        "the late system message"
+    )
+
+
+def gate_requests(
+    recorded: Mapping[str, Any],
+    model: str,
+    max_tokens: int = 8,
+    *,
+    prompts: tuple[str, str] = DEFAULT_PROMPTS,
+    stream: bool | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Two request bodies from a recording (as :func:`load_recorded` returns it).
+
+    Both are the recorded body with ``model`` and ``max_tokens`` replaced (and ``stream`` when
+    given; None keeps the recorded value) and the user's prompt text replaced by ``prompts[0]``
+    and ``prompts[1]``. Everything else (system blocks, tools, thinking, the system-reminder
+    context, the late system message, metadata, cache_control markers, key order) stays as
+    recorded, so the two share everything up to the prompt, like two new Claude Code sessions.
+    """
+    if not model:
+        raise InputError("gate_requests: model must be a non-empty name")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise InputError(
+            f"gate_requests: max_tokens must be a positive integer, not {max_tokens!r}"
+        )
+    first, second = prompts
+    if not first or not second or first == second:
+        raise InputError("gate_requests: the two prompts must be different non-empty texts")
+    capture = recorded.get("capture")
+    body = recorded.get("body")
+    if not isinstance(capture, Mapping) or not isinstance(body, Mapping):
+        raise InputError("gate_requests: not a recording (see load_recorded)")
+    prompt = capture.get("prompt")
+    if not isinstance(prompt, str) or not prompt:
+        raise InputError("gate_requests: the recording has no capture.prompt")
+    where = _prompt_block(body, prompt)
+    return (
+        _with(body, where, first, model=model, max_tokens=max_tokens, stream=stream),
+        _with(body, where, second, model=model, max_tokens=max_tokens, stream=stream),
+    )
+
+
+def _with(
+    body: Mapping[str, Any],
+    where: tuple[int, int | None],
+    prompt: str,
+    *,
+    model: str,
+    max_tokens: int,
+    stream: bool | None,
+) -> dict[str, Any]:
+    out: dict[str, Any] = copy.deepcopy(dict(body))
+    out["model"] = model
+    out["max_tokens"] = max_tokens
+    if stream is not None:
+        out["stream"] = stream
+    i, j = where
+    message = out["messages"][i]
+    if j is None:
+        message["content"] = prompt
+    else:
+        message["content"][j]["text"] = prompt
+    return out
+
+
+def replay_headers(recorded: Mapping[str, Any]) -> dict[str, str]:
+    """The recorded request headers a replay sends (anthropic-beta, anthropic-version,
+    x-claude-code-session-id, user-agent, x-app, ...), without the transport's own (host,
+    content-length, connection, accept-encoding) and without the scrubbed key headers: add the
+    server's key yourself."""
+    headers = recorded.get("headers")
+    if not isinstance(headers, Mapping):
+        raise InputError("replay_headers: the recording has no headers")
+    return {str(k): str(v) for k, v in headers.items() if str(k).lower() not in TRANSPORT_HEADERS}
