@@ -855,6 +855,35 @@ def test_the_llama_server_filter_fixes_the_real_qwen35_template_and_the_prefligh
     own = "[Service]\nRestart=on-failure\nExecStart=/x/llama-server -m /m.gguf\n"
     refused = check_texts([{"name": "main", "path": "u.service", "text": own, "facts": facts}])
     assert refused[0].refused and "LS021" in [x["id"] for x in refused[0].findings]
+    # as the role writes it: the template reaches the service as a credential
+    cred = (
+        f"[Service]\nRestart=on-failure\nLoadCredential=chat-template:{path}\n"
+        "ExecStart=/x/llama-server -m /m.gguf --chat-template-file %d/chat-template\n"
+    )
+    as_written = check_texts(
+        [
+            {
+                "name": "main",
+                "path": "u.service",
+                "text": cred,
+                "facts": facts,
+                "files": {path: out["text"]},
+            }
+        ]
+    )
+    assert not as_written[0].refused, as_written[0].findings
+    as_shipped = check_texts(
+        [
+            {
+                "name": "main",
+                "path": "u.service",
+                "text": cred,
+                "facts": facts,
+                "files": {path: qwen35},
+            }
+        ]
+    )
+    assert "LS021" in [x["id"] for x in as_shipped[0].findings]
     unfixed = check_texts(
         [
             {

@@ -1,4 +1,4 @@
-"""The recorded Claude Code request (playbooks/files/claude-code-request.json, written by
+"""The recorded Claude Code request (llamafleet/data/claude-code-request.json, written by
 validator/tools/capture_claude_request.py) and the gate requests made from it: they keep what makes
 Claude Code's requests hard for a chat template (late system message, tools, thinking) and differ
 only in the user's prompt."""
@@ -24,7 +24,7 @@ from llamafleet.claude_request import (
 from llamafleet.errors import InputError
 
 REPO = Path(__file__).resolve().parents[2]
-RECORDED = REPO / "playbooks" / "files" / "claude-code-request.json"
+RECORDED = REPO / "validator" / "src" / "llamafleet" / "data" / "claude-code-request.json"
 DEFAULTS = REPO / "roles" / "claude_code" / "defaults" / "main.yml"
 # the capture's own key (sk-capture-HEX) or an Anthropic key (not "task-notification")
 KEY_RE = re.compile(r"(?<![A-Za-z0-9])sk-(?:capture|ant)-")

@@ -434,6 +434,44 @@ def test_merge_keeps_keys_and_writes_as_the_user(mod: ModuleType, box: Box) -> N
     assert "sk-the-key" not in diff and "********" in result["diff"]["after"]
 
 
+def test_window_and_attachment_keys_are_owned_without_clobbering(mod: ModuleType) -> None:
+    """The role's CLAUDE_CODE_AUTO_COMPACT_WINDOW and CLAUDE_CODE_DISABLE_ATTACHMENTS: set when on,
+    taken out (env_absent) when off; a copy at the top level (ignored by Claude Code) is moved into
+    env, and every key the role does not own stays."""
+    data: dict[str, Any] = {
+        "CLAUDE_CODE_AUTO_COMPACT_WINDOW": 90000,
+        "env": {"OWN": "mine", "CLAUDE_CODE_DISABLE_ATTACHMENTS": "1"},
+        "hooks": {"Stop": []},
+    }
+    on = mod.options(
+        env={"CLAUDE_CODE_AUTO_COMPACT_WINDOW": "148224", "CLAUDE_CODE_DISABLE_ATTACHMENTS": "1"}
+    )
+    changed, moved = mod.merge_settings(data, on, "/x/settings.json")
+    assert moved == ["CLAUDE_CODE_AUTO_COMPACT_WINDOW"]
+    assert data == {
+        "env": {
+            "OWN": "mine",
+            "CLAUDE_CODE_DISABLE_ATTACHMENTS": "1",
+            "CLAUDE_CODE_AUTO_COMPACT_WINDOW": "148224",
+        },
+        "hooks": {"Stop": []},
+    }
+    assert "env.CLAUDE_CODE_AUTO_COMPACT_WINDOW" in changed
+    assert "env.CLAUDE_CODE_DISABLE_ATTACHMENTS" not in changed  # the same value: no change
+
+    off = mod.options(
+        env_absent=["CLAUDE_CODE_AUTO_COMPACT_WINDOW", "CLAUDE_CODE_DISABLE_ATTACHMENTS"]
+    )
+    changed, _ = mod.merge_settings(data, off, "/x/settings.json")
+    assert data == {"env": {"OWN": "mine"}, "hooks": {"Stop": []}}
+    assert sorted(changed) == [
+        "env.CLAUDE_CODE_AUTO_COMPACT_WINDOW",
+        "env.CLAUDE_CODE_DISABLE_ATTACHMENTS",
+    ]
+    changed, _ = mod.merge_settings(data, off, "/x/settings.json")
+    assert changed == []
+
+
 def test_second_run_changes_nothing(mod: ModuleType, box: Box) -> None:
     _user_dir(box.claude)
     _user_file(box.settings, json.dumps(OLD) + "\n", 0o644)

@@ -1,6 +1,5 @@
 """The in-process preflight (llamafleet.preflight) that the roles' action plugin calls, the
-per-instance `ignore:` mapping rendered into units, inline facts, and the rollout gate's
-common-prefix filter."""
+per-instance `ignore:` mapping rendered into units and inline facts."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_ansible_plugin
 from llamafleet.errors import InputError
 from llamafleet.facts import FactsError, apply_facts
 from llamafleet.preflight import PreflightError, check_texts, instance_ignores, refusal
@@ -98,20 +96,6 @@ def test_bad_items_and_threshold_are_input_errors():
         check_texts([{"name": "x"}])
     with pytest.raises(InputError):
         check_texts([{"name": "x", "text": SYMMETRIC}], fail_on="fatal")
-
-
-def test_gate_common_prefix_counts_the_shared_leading_tokens():
-    gate = load_ansible_plugin(ROOT / "playbooks" / "filter_plugins" / "llamafleet_gate.py")
-    f = gate.llamafleet_common_prefix
-    assert f([1, 2, 3, 4], [1, 2, 9, 4]) == 2
-    assert f([1, 2], [1, 2, 3]) == 2 and f([], [1]) == 0
-    assert f([{"id": 5, "piece": "a"}, {"id": 6, "piece": "b"}], [5, 7]) == 1
-    from ansible.errors import AnsibleFilterError
-
-    with pytest.raises(AnsibleFilterError):
-        f("1 2 3", [1])
-    with pytest.raises(AnsibleFilterError):
-        f([1, True], [1, 1])
 
 
 def test_the_action_plugin_runs_in_a_real_playbook(tmp_path):

@@ -36,7 +36,8 @@ What it does, in a private temporary directory (removed afterwards unless ``--ke
    user message ends with the prompt given to ``-p`` as a text block of its own. Side requests
    (session title, quota probe, topic detection and the like) lack tools or that prompt block.
 
-The output file (``playbooks/files/claude-code-request.json`` by default) is pretty JSON:
+The output file (by default ``llamafleet/data/claude-code-request.json``, package data) is
+pretty JSON:
 ``{"capture": {...}, "headers": {...}, "body": {...}}``. ``capture`` records the Claude Code
 version, the capture date, the command, the settings used and every substitution made; ``headers``
 are the request's headers as received (names lower-cased), the key scrubbed; ``body`` is the request
@@ -83,7 +84,7 @@ REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "claude_code"
 DEFAULTS = ROLE / "defaults" / "main.yml"
 NPM_MODULE = ROLE / "library" / "claude_code_npm.py"
-DEFAULT_OUT = REPO / "playbooks" / "files" / "claude-code-request.json"
+DEFAULT_OUT = REPO / "validator" / "src" / "llamafleet" / "data" / "claude-code-request.json"
 DEFAULT_PROMPT = "Reply with the single word OK."
 DEFAULT_ALIAS = "main"
 NEUTRAL_HOME = "/home/user"

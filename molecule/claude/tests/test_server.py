@@ -64,11 +64,12 @@ def test_the_fixed_chat_template_is_served(host):
     sha256, and the server never answered with the template's exception."""
     path = "/etc/llamafleet/chat-templates/main.jinja"
     f = host.file(path)
-    assert f.exists and f.user == "root" and f.mode == 0o644
+    assert f.exists and f.user == "root" and f.mode == 0o600
     assert "raise_exception('System message must be at the beginning.')" not in f.content_string
     assert "_lf_late_system" in f.content_string
     unit = host.file("/etc/systemd/system/llama-server-main.service").content_string
-    assert f"--chat-template-file {path}" in unit
+    assert f"LoadCredential=chat-template:{path}" in unit
+    assert "--chat-template-file %d/chat-template" in unit
     assert f"# chat template: {path} sha256 {f.sha256sum}" in unit
     log = host.run("journalctl -u llama-server-main.service -o cat --no-pager").stdout
     assert "System message must be at the beginning" not in log

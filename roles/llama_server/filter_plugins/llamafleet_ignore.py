@@ -15,8 +15,8 @@ def llamafleet_instance_ignores(ignore: Any, instance: str = "?") -> list[str]:
         from llamafleet.preflight import instance_ignores
     except ImportError as exc:  # pragma: no cover - reported when the filter is used
         raise AnsibleFilterError(
-            "the llamafleet Python package is not installed on the controller (pip install ./validator): "
-            + str(exc)
+            "the llamafleet Python package is not installed on the controller "
+            "(pip install ./validator): " + str(exc)
         ) from exc
     try:
         return instance_ignores(ignore, instance)

@@ -29,8 +29,8 @@ def llamafleet_chat_template_fix(
         )
     except ImportError as exc:  # pragma: no cover - reported when the filter is used
         raise AnsibleFilterError(
-            "the llamafleet Python package is not installed on the controller (pip install ./validator): "
-            + str(exc)
+            "the llamafleet Python package is not installed on the controller "
+            "(pip install ./validator): " + str(exc)
         ) from exc
     none = {
         "action": "none",
@@ -64,6 +64,46 @@ def llamafleet_chat_template_fix(
     )
 
 
+def llamafleet_claude_code_requests(model: Any, max_tokens: int = 8) -> list[dict[str, Any]]:
+    """Two requests shaped like Claude Code's (recorded from the real CLI: system blocks, 24 tools,
+    thinking, the user's prompt and the late system message after it), differing only in the
+    prompt, for the instance alias ``model``: the smoke request sends the first, the rollout's
+    Claude Code gate both."""
+    try:
+        from llamafleet.claude_request import gate_bodies
+        from llamafleet.errors import InputError
+    except ImportError as exc:  # pragma: no cover - reported when the filter is used
+        raise AnsibleFilterError(
+            "the llamafleet Python package is not installed on the controller "
+            "(pip install ./validator): " + str(exc)
+        ) from exc
+    try:
+        return gate_bodies(str(model), int(max_tokens))
+    except InputError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def llamafleet_slot_context(argv: Any, model_meta: Any = None) -> int:
+    """The tokens one request may use on an instance (llama.cpp's per-slot context) from its argv
+    and the gguf_models description of its model; 0 when unknown. Clients size their compaction
+    window from it (the claude_code role: ``llama_server_endpoints[...].ctx_per_slot``)."""
+    try:
+        from llamafleet.rules.cross import slot_context_of_argv
+    except ImportError as exc:  # pragma: no cover - reported when the filter is used
+        raise AnsibleFilterError(
+            "the llamafleet Python package is not installed on the controller "
+            "(pip install ./validator): " + str(exc)
+        ) from exc
+    if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)):
+        raise AnsibleFilterError(f"llamafleet_slot_context: expected an argv list, got {argv!r}")
+    meta = model_meta if isinstance(model_meta, Mapping) and model_meta else None
+    return slot_context_of_argv([str(a) for a in argv], meta) or 0
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"llamafleet_chat_template_fix": llamafleet_chat_template_fix}
+        return {
+            "llamafleet_chat_template_fix": llamafleet_chat_template_fix,
+            "llamafleet_claude_code_requests": llamafleet_claude_code_requests,
+            "llamafleet_slot_context": llamafleet_slot_context,
+        }

@@ -1,7 +1,7 @@
 """Requests shaped like Claude Code's own, for the gates that check a llama-server.
 
-``playbooks/files/claude-code-request.json`` holds the first main-conversation request of the real
-Claude Code CLI (the version the claude_code role pins), recorded by
+``llamafleet/data/claude-code-request.json`` (package data) holds the first main-conversation
+request of the real Claude Code CLI (the version the claude_code role pins), recorded by
 ``validator/tools/capture_claude_request.py`` with the settings the role writes:
 ``{"capture": {...}, "headers": {...}, "body": {...}}``. The body has top-level ``system`` blocks,
 ``tools``, ``thinking``, a first user message with the ``<system-reminder>`` context and the prompt
@@ -172,3 +172,38 @@ def replay_headers(recorded: Mapping[str, Any]) -> dict[str, str]:
     if not isinstance(headers, Mapping):
         raise InputError("replay_headers: the recording has no headers")
     return {str(k): str(v) for k, v in headers.items() if str(k).lower() not in TRANSPORT_HEADERS}
+
+
+def packaged_path() -> str:
+    """The recording shipped with the package (``llamafleet/data/claude-code-request.json``)."""
+    from importlib import resources
+
+    return str(resources.files("llamafleet").joinpath("data").joinpath("claude-code-request.json"))
+
+
+#: The tools the gates keep (of the 24 recorded): enough to give the request Claude Code's shape
+#: (tool definitions rendered by the template, tool-use instructions) at a size a CPU test host
+#: evaluates in seconds; the whole recorded request is ~22K tokens.
+GATE_TOOLS = ("Bash", "Read", "Edit")
+
+
+def gate_bodies(
+    model: str, max_tokens: int = 8, tools: tuple[str, ...] | None = GATE_TOOLS
+) -> list[dict[str, Any]]:
+    """Two requests from the packaged recording, not streamed (a JSON answer), for ``model``:
+    the first is Claude Code's first request of a session (its system blocks, the ``tools`` named
+    in ``tools`` (None: all), ``thinking``, the user's prompt and the late system message after
+    it); the second is the same session's next turn (the first's messages, an assistant answer and
+    a new user prompt), so the whole prompt of the first is a prefix of the second's. The
+    llama_server role's smoke request sends the first; the rollout's prompt-cache gate sends both
+    and expects the second to read (nearly) all of the first's prompt from the cache."""
+    first, _ = gate_requests(load_recorded(packaged_path()), model, max_tokens, stream=False)
+    if tools is not None:
+        first["tools"] = [t for t in first.get("tools", []) if t.get("name") in tools]
+    second = dict(first)
+    second["messages"] = [
+        *first["messages"],
+        {"role": "assistant", "content": [{"type": "text", "text": "OK"}]},
+        {"role": "user", "content": [{"type": "text", "text": DEFAULT_PROMPTS[1]}]},
+    ]
+    return [first, second]

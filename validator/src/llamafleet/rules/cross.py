@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 from llamafleet import planner
 from llamafleet.argv import ServerConfig, parse_argv_list
 from llamafleet.facts import Facts
-from llamafleet.gguf_meta import ModelFacts, model_from_dict
+from llamafleet.gguf_meta import ModelFacts
 from llamafleet.refs import NEVER, ReferencedFiles
 from llamafleet.rules import Context, Hit, rule
 from llamafleet.rules.client import _where
@@ -188,3 +188,225 @@ def client_missing_key(ctx: Context) -> Iterator[Hit]:
                     line,
                     {"server": name, "detail": "sends a different key (it will get 401)"},
                 )
+
+
+# ----------------------------------------------------------------------------- XC003
+
+#: Claude Code 2.1.197's window for a model it does not know (every llama-server alias).
+CLAUDE_CODE_DEFAULT_WINDOW = 200_000
+#: Claude Code 2.1.197 raises a smaller CLAUDE_CODE_AUTO_COMPACT_WINDOW to this ...
+CLAUDE_CODE_MIN_WINDOW = 100_000
+#: ... and caps a larger one at this (values of the autoCompactWindow setting outside the two
+#: are ignored).
+CLAUDE_CODE_MAX_WINDOW = 1_000_000
+#: Claude Code compacts this many tokens below its window: min(max output, 20000) kept for the
+#: summary, plus a 13000-token buffer (for a model it does not know the max output is 32000).
+CLAUDE_CODE_COMPACT_MARGIN = 20_000 + 13_000
+#: The answer kept free in the slot by the claude_code role's default (claude_code_output_reserve):
+#: Claude Code's max_tokens for a model it does not know.
+DEFAULT_OUTPUT_RESERVE = 32_000
+WINDOW_VAR = "CLAUDE_CODE_AUTO_COMPACT_WINDOW"
+
+
+@dataclass
+class SlotContext:
+    """The context one request may use on a server: llama.cpp's ``n_ctx_seq``."""
+
+    tokens: int
+    detail: str  # how it follows from the flags, for messages
+
+
+def slot_context(cfg: ServerConfig, model: ModelFacts | None = None) -> SlotContext | None:
+    """Tokens one request (one slot) may use, as the planner counts a slot's cells
+    (``planner.estimate``'s ``n_ctx_seq``: ``-c`` padded to 256; with a unified KV cache, the
+    default for an auto ``-np``, every slot may use all of it, else each gets ``n_ctx / -np``
+    padded to 256), capped at the model's training context when its metadata is known (upstream
+    llama-server caps a slot there; the TurboQuant fork keeps the larger slot and relies on rope
+    scaling). ``-c 0`` or no ``-c`` is the training context (None when it is not known)."""
+    facts = Facts(model=model)
+    total, how = context_size(cfg, facts)
+    if total is None or total <= 0:
+        return None
+    n, unified, _ = slots(cfg)
+    n_ctx = planner.pad(total, planner.CTX_PAD)
+    if unified or n <= 1:
+        per = n_ctx
+        detail = how if n <= 1 else f"{how}, {n} slots sharing a unified KV cache"
+    else:
+        per = planner.pad(n_ctx // n, planner.CTX_PAD)
+        detail = f"{how} split over {n} slots without a unified KV cache"
+    if cfg.int_value("--ctx-size") is None:
+        detail += "; --fit may shrink it"
+    n_train = model.context_length if model is not None else None
+    if n_train and per > n_train:
+        per = n_train
+        detail += f", capped at the model's training context {n_train}"
+    return SlotContext(per, detail)
+
+
+def _model_facts(model: Mapping[str, Any] | ModelFacts | None) -> ModelFacts | None:
+    """Model facts from a ``llamafleet inspect`` mapping (``metadata``) or the gguf_models role's
+    description of a model (``kv``: the GGUF key/values); None when neither is there."""
+    if model is None or isinstance(model, ModelFacts):
+        return model
+    for key in ("metadata", "kv"):
+        meta = model.get(key)
+        if isinstance(meta, Mapping):
+            return ModelFacts(metadata=dict(meta))
+    return None
+
+
+def slot_context_of_argv(
+    argv: Sequence[str], model: Mapping[str, Any] | ModelFacts | None = None
+) -> int | None:
+    """:func:`slot_context` for a llama-server argv list (the program name optional) and the
+    model's facts (a ``llamafleet inspect`` mapping, the gguf_models role's description of the
+    model with its ``kv``, or None): the number the llama_server role's
+    ``llama_server_endpoints`` fact carries as ``ctx_per_slot``. None when it is not known (no
+    ``-c`` or ``-c 0``, and no training context in the model's facts)."""
+    found = slot_context(parse_argv_list(list(argv)), _model_facts(model))
+    return found.tokens if found is not None else None
+
+
+def _js_parse_int(text: str) -> int | None:
+    """JavaScript's parseInt(text, 10): the leading integer, or None (NaN)."""
+    m = re.match(r"\s*([+-]?\d+)", text)
+    return int(m.group(1)) if m else None
+
+
+@dataclass
+class CompactWindow:
+    """The window Claude Code (2.1.197) compacts at, for a model it does not know."""
+
+    tokens: int  # the window; compaction starts CLAUDE_CODE_COMPACT_MARGIN below it
+    how: str  # where it comes from, for messages ("" for Claude Code's default)
+    file: str
+    line: int
+    off: str = ""  # what switches auto-compaction off, when something does
+
+
+def compact_window(c: Client) -> CompactWindow:
+    """Claude Code 2.1.197's compaction window for a client of a model it does not know:
+    CLAUDE_CODE_AUTO_COMPACT_WINDOW (parseInt; 0, negative or not a number is ignored; raised to
+    100,000 and capped at 1,000,000), else the autoCompactWindow setting (an integer from
+    100,000 to 1,000,000, else ignored), else 200,000; never above the model's 200,000."""
+    file, line = _where(c, WINDOW_VAR)
+    off = ""
+    for key in ("DISABLE_COMPACT", "DISABLE_AUTO_COMPACT"):
+        v = c.env(key)
+        if v is not None and truthy(v.value):
+            off = off or f"{key}={v.value}"
+    s = c.setting("autoCompactEnabled")
+    if s is not None and s.value is False:
+        off = off or '"autoCompactEnabled": false'
+    v = c.env(WINDOW_VAR)
+    if v is not None and str(v.value).strip():
+        raw = str(v.value).strip()
+        n = _js_parse_int(raw)
+        if n is not None and n > 0:
+            eff = max(CLAUDE_CODE_MIN_WINDOW, min(n, CLAUDE_CODE_MAX_WINDOW))
+            how = f"{WINDOW_VAR}={raw}"
+            if eff != n:
+                how += f", which Claude Code takes as {eff}"
+            tokens = min(eff, CLAUDE_CODE_DEFAULT_WINDOW)
+            return CompactWindow(tokens, how, file, line, off)
+    s = c.setting("autoCompactWindow")
+    if (
+        s is not None
+        and isinstance(s.value, int)
+        and not isinstance(s.value, bool)
+        and CLAUDE_CODE_MIN_WINDOW <= s.value <= CLAUDE_CODE_MAX_WINDOW
+    ):
+        where = (s.file.path, s.line) if s.file is not None else (file, line)
+        return CompactWindow(
+            min(s.value, CLAUDE_CODE_DEFAULT_WINDOW),
+            f'"autoCompactWindow": {s.value}',
+            *where,
+            off=off,
+        )
+    return CompactWindow(CLAUDE_CODE_DEFAULT_WINDOW, "", file, line, off)
+
+
+def min_slot(reserve: int = DEFAULT_OUTPUT_RESERVE) -> int:
+    """The smallest slot Claude Code can keep a conversation in with ``reserve`` tokens free for
+    the answer: it takes no window below CLAUDE_CODE_MIN_WINDOW (the slot must hold that) and
+    compacts CLAUDE_CODE_COMPACT_MARGIN below its window, so never before 67,000 tokens (the
+    slot must hold that plus the reserve)."""
+    earliest = CLAUDE_CODE_MIN_WINDOW - CLAUDE_CODE_COMPACT_MARGIN
+    return max(CLAUDE_CODE_MIN_WINDOW, earliest + reserve)
+
+
+def window_for_slot(slot: int, reserve: int = DEFAULT_OUTPUT_RESERVE) -> int | None:
+    """The CLAUDE_CODE_AUTO_COMPACT_WINDOW for a slot of ``slot`` tokens: the slot less the
+    answer's reserve, and at least CLAUDE_CODE_MIN_WINDOW (Claude Code raises a smaller value to
+    it anyway: written as it takes it); None when the slot is below :func:`min_slot`."""
+    if slot < min_slot(reserve):
+        return None
+    return max(slot - reserve, CLAUDE_CODE_MIN_WINDOW)
+
+
+@rule("XC003")
+def compact_window_above_slot(ctx: Context) -> Iterator[Hit]:
+    servers = ctx.all_servers
+    for c in ctx.clients:
+        url = _client_url(c)
+        if url is None:
+            continue
+        host, port, _, _, _ = url
+        for s in servers:
+            if not _matches(host, port, s):
+                continue
+            slot = slot_context(s, ctx.facts.model)
+            if slot is None:
+                continue
+            win = compact_window(c)
+            # without compaction Claude Code stops a conversation itself short of the model's
+            # own window (it asks for /compact): enough when the slot holds that window
+            if (CLAUDE_CODE_DEFAULT_WINDOW if win.off else win.tokens) <= slot.tokens:
+                continue
+            name = f"{s.path} ({'{}:{}'.format(*server_address(s))})"
+            if win.off:
+                what = f"never compacts the conversation ({win.off})"
+            elif not win.how:
+                what = (
+                    f"sets no {WINDOW_VAR}: Claude Code assumes {win.tokens} tokens for a model "
+                    "it does not know and compacts only when the API answers 'prompt is too "
+                    "long', which llama-server never says"
+                )
+            else:
+                what = f"compacts within a window of {win.tokens} tokens ({win.how})"
+            want = window_for_slot(slot.tokens)
+            if win.off and win.tokens <= slot.tokens:
+                remedy = f"Turn auto-compaction back on (remove {win.off})."
+            elif want is not None:
+                remedy = (
+                    f'Set env.{WINDOW_VAR} to "{want}" (the slot less {DEFAULT_OUTPUT_RESERVE} '
+                    f"tokens kept for the answer, at least {CLAUDE_CODE_MIN_WINDOW}: what the "
+                    "claude_code role writes with claude_code_auto_compact_window: auto), or give "
+                    "each slot more context (-c, -np 1, or --kv-unified so one request may use "
+                    "the whole cache)."
+                )
+            else:
+                floor = CLAUDE_CODE_MIN_WINDOW - CLAUDE_CODE_COMPACT_MARGIN
+                remedy = (
+                    f"Give each slot at least {min_slot()} tokens (-c, -np 1, or --kv-unified so "
+                    "one request may use the whole cache): Claude Code takes no window below "
+                    f"{CLAUDE_CODE_MIN_WINDOW} and compacts {CLAUDE_CODE_COMPACT_MARGIN} below "
+                    f"it, so never before {floor} tokens."
+                )
+            if win.off and not remedy.startswith("Turn"):
+                remedy = (
+                    f"Turn auto-compaction back on (remove {win.off}), then "
+                    f"{remedy[0].lower()}{remedy[1:]}"
+                )
+            yield Hit(
+                win.file,
+                win.line,
+                {
+                    "server": name,
+                    "slot": slot.tokens,
+                    "slot_detail": slot.detail,
+                    "what": what,
+                    "remedy": remedy,
+                },
+            )
