@@ -157,6 +157,8 @@ def test_the_action_plugin_runs_in_a_real_playbook(tmp_path):
     assert out["failed"] is True and "for build b9079-test" in out["msg"]
     assert "instance bad" in out["msg"] and "instance good" not in out["msg"]
     assert out["config"] is None
+    # per-text outcomes under `checks`: `results` is what Ansible reads as a loop's items
+    assert "results" not in out and [c["name"] for c in out["checks"]] == ["good", "bad"]
     (tmp_path / ".llamafleet.yaml").write_text("skip: [LS001]\n")
     out = run()
     assert not out.get("failed") and out["config"].endswith(".llamafleet.yaml")

@@ -119,8 +119,9 @@ def test_managed_settings_without_the_key(host):
 
 
 def test_claude_code_reuses_the_prompt_cache(host):
-    """Two real `claude -p` runs with a file edited in between: >= 90 % of run 2's prompt comes from
-    the server's cache with the role's settings, far less with the attribution header on."""
+    """Two real `claude -p` runs with a file edited in between: >= 90 % of run 2's prompt (a new
+    session) comes from the server's cache with the role's settings, >= 99 % of the next turn of the
+    same session (`--continue`), less with the attribution header on."""
     out = subprocess.run(
         [os.path.join(HERE, "..", "reuse-ratio.sh")],
         capture_output=True, text=True, timeout=1800, check=False,
@@ -139,6 +140,9 @@ def test_claude_code_reuses_the_prompt_cache(host):
     # the same session's next turn reuses nearly everything
     assert off >= 0.90, report
     assert cont >= 0.99, report
-    assert on <= 0.5 * off, report
+    # the header costs reuse; how much depends on where the template puts the system text: the
+    # official Qwen3.5 template renders the tools first, so only what follows them is lost (measured
+    # 92.0 % -> 88.2 %); a template with the system text first loses nearly all (0.2 %)
+    assert on < off, report
     # the run restores the role's value
     assert settings(host, MANAGED)["env"]["CLAUDE_CODE_ATTRIBUTION_HEADER"] == "0"

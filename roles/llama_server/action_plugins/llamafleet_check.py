@@ -12,7 +12,8 @@ nothing runs on the managed host. Fails the task, naming the build, when a text 
                                     # from the directory ansible-playbook runs in (see the README)
         hint: ""                    # appended to the refusal (how to suppress a deliberate choice)
 
-Returns ``results`` (per item: name, path, findings, suppressed, refused) and ``config`` (the file
+Returns ``checks`` (per item: name, path, findings, suppressed, refused; not ``results``, which
+Ansible reserves for loops) and ``config`` (the file
 read, or null).
 """
 
@@ -56,7 +57,7 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(f"llamafleet_check: {exc}") from exc
         result["changed"] = False
         result["config"] = config
-        result["results"] = [c.as_dict() for c in checked]
+        result["checks"] = [c.as_dict() for c in checked]
         msg = refusal(
             checked, str(args.get("what") or "item"), args.get("build"), str(args.get("hint") or "")
         )
