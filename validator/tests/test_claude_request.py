@@ -113,6 +113,8 @@ def test_recorded_holds_no_key_and_no_path_of_the_capturing_machine(
     assert set(re.findall(r"/home/[^/\s`\"\\]+", body)) <= {"/home/user"}
     assert "/home/user/project" in body
     assert "Today's date is 2026-01-01." in body
+    # the capturing machine's kernel release is not recorded either
+    assert re.findall(r"OS Version: [^\\\n]*", body) == ["OS Version: Linux 6.1.0"]
     assert re.search(r"127\.0\.0\.1:(?!8080)\d+", json.dumps(recorded)) is None
 
 

@@ -90,6 +90,8 @@ DEFAULT_ALIAS = "main"
 NEUTRAL_HOME = "/home/user"
 NEUTRAL_CWD = "/home/user/project"
 PLACEHOLDER_DATE = "2026-01-01"
+#: the kernel release the recorded system prompt names instead of the capturing machine's
+NEUTRAL_KERNEL = "6.1.0"
 NEUTRAL_HOST = "127.0.0.1:8080"
 SCRUBBED = "<scrubbed>"
 SECRET_HEADERS = ("authorization", "x-api-key")
@@ -411,6 +413,11 @@ def substitutions(home: Path, cwd: Path, date: str) -> list[tuple[str, str, str]
             month_year(date),
             month_year(PLACEHOLDER_DATE),
             "capture month in the WebSearch tool's description ('The current month is ...')",
+        ),
+        (
+            f"OS Version: {platform.system()} {platform.release()}",
+            f"OS Version: {platform.system()} {NEUTRAL_KERNEL}",
+            "the capturing machine's kernel release in the system prompt's environment section",
         ),
     ]
     subs = [s for s in subs if s[0] != s[1]]
