@@ -45,7 +45,9 @@ site-down:
 test: bootstrap lint unit molecule
 
 lint: $(VENV)/.stamp
-	(cd validator && $(BIN)/ruff check src tests tools && $(BIN)/ruff format --check src tests tools)
+	# the Python of the roles (modules, plugins), the playbooks and the test tooling too
+	(cd validator && $(BIN)/ruff check src tests tools ../roles ../playbooks ../molecule/_shared \
+	  && $(BIN)/ruff format --check src tests tools ../roles ../playbooks ../molecule/_shared)
 	(cd validator && $(BIN)/mypy)
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint --offline

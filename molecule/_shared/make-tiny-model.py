@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# ruff: noqa: E501  (the chat template below is data: its lines are as long as the template needs)
 """Write a tiny random-weight GGUF for tests (~6.5 MB, loads in a fraction of a second).
 
     make-tiny-model.py OUT.gguf [--arch llama|qwen35moe] [--gqa-ratio N]

@@ -1,6 +1,6 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 # Apache-2.0 (see the repository)
+# ruff: noqa: E402
 """Read a file another account controls, as that account, without following links or blocking."""
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def _owner(uid):
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
-        return "uid %d" % uid
+        return f"uid {uid}"
 
 
 def read_file(path, anchor="/", uid=None, max_size=1048576):
@@ -124,7 +124,7 @@ def read_file(path, anchor="/", uid=None, max_size=1048576):
     path = os.path.normpath(path)
     anchor = os.path.normpath(anchor)
     if not path.startswith(anchor.rstrip("/") + "/"):
-        out["problem"] = "%s is not below %s" % (path, anchor)
+        out["problem"] = f"{path} is not below {anchor}"
         return out
     parts = path[len(anchor.rstrip("/")) + 1 :].split("/")
     want_dir_owner = 0 if uid is None else uid
@@ -133,15 +133,13 @@ def read_file(path, anchor="/", uid=None, max_size=1048576):
     except OSError as exc:
         if exc.errno == errno.ENOENT:
             return out
-        out["problem"] = "%s: cannot open: %s" % (anchor, exc.strerror)
+        out["problem"] = f"{anchor}: cannot open: {exc.strerror}"
         return out
     try:
         st = os.fstat(fd)
         if st.st_uid not in (0, want_dir_owner):
-            out["problem"] = "%s is owned by %s, not %s" % (
-                anchor,
-                _owner(st.st_uid),
-                _owner(want_dir_owner),
+            out["problem"] = (
+                f"{anchor} is owned by {_owner(st.st_uid)}, not {_owner(want_dir_owner)}"
             )
             return out
         here = anchor
@@ -154,23 +152,17 @@ def read_file(path, anchor="/", uid=None, max_size=1048576):
                     return out
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                     lst = os.lstat(name, dir_fd=fd)
-                    out["problem"] = "%s is %s (owned by %s); not followed" % (
-                        here,
-                        _kind(lst.st_mode),
-                        _owner(lst.st_uid),
-                    )
+                    kind, owner = _kind(lst.st_mode), _owner(lst.st_uid)
+                    out["problem"] = f"{here} is {kind} (owned by {owner}); not followed"
                 else:
-                    out["problem"] = "%s: cannot open: %s" % (here, exc.strerror)
+                    out["problem"] = f"{here}: cannot open: {exc.strerror}"
                 return out
             os.close(fd)
             fd = nfd
             st = os.fstat(fd)
-            if st.st_uid != want_dir_owner and st.st_uid != 0:
-                out["problem"] = "%s is owned by %s, not %s; not read" % (
-                    here,
-                    _owner(st.st_uid),
-                    _owner(want_dir_owner),
-                )
+            if st.st_uid not in (want_dir_owner, 0):
+                owner, wanted = _owner(st.st_uid), _owner(want_dir_owner)
+                out["problem"] = f"{here} is owned by {owner}, not {wanted}; not read"
                 return out
         try:
             lst = os.lstat(parts[-1], dir_fd=fd)
@@ -179,36 +171,26 @@ def read_file(path, anchor="/", uid=None, max_size=1048576):
         out["exists"] = True
         out["size"] = lst.st_size
         if not stat.S_ISREG(lst.st_mode):
-            out["problem"] = "%s is %s (owned by %s); not read" % (
-                path,
-                _kind(lst.st_mode),
-                _owner(lst.st_uid),
+            out["problem"] = (
+                f"{path} is {_kind(lst.st_mode)} (owned by {_owner(lst.st_uid)}); not read"
             )
             return out
         try:
             ffd = os.open(parts[-1], FILE_FLAGS, dir_fd=fd)
         except OSError as exc:
-            out["problem"] = "%s: cannot open: %s" % (path, exc.strerror)
+            out["problem"] = f"{path}: cannot open: {exc.strerror}"
             return out
         try:
             fst = os.fstat(ffd)
             problem = ""
             if not stat.S_ISREG(fst.st_mode):
-                problem = "%s is %s; not read" % (path, _kind(fst.st_mode))
+                problem = f"{path} is {_kind(fst.st_mode)}; not read"
             elif fst.st_nlink != 1:
-                problem = "%s has %d hard links; not read" % (path, fst.st_nlink)
+                problem = f"{path} has {fst.st_nlink} hard links; not read"
             elif uid is not None and fst.st_uid != uid:
-                problem = "%s is owned by %s, not %s; not read" % (
-                    path,
-                    _owner(fst.st_uid),
-                    _owner(uid),
-                )
+                problem = f"{path} is owned by {_owner(fst.st_uid)}, not {_owner(uid)}; not read"
             elif fst.st_size > max_size:
-                problem = "%s is %d bytes, more than the %d read; not read" % (
-                    path,
-                    fst.st_size,
-                    max_size,
-                )
+                problem = f"{path} is {fst.st_size} bytes, more than the {max_size} read; not read"
             if problem:
                 out["problem"] = problem
                 return out
@@ -225,11 +207,11 @@ def read_file(path, anchor="/", uid=None, max_size=1048576):
                 left -= len(chunk)
             data = b"".join(chunks)
             if len(data) > max_size:
-                out["problem"] = "%s grew past %d bytes while read; not read" % (path, max_size)
+                out["problem"] = f"{path} grew past {max_size} bytes while read; not read"
                 return out
             out.update(
                 content=data,
-                mode="%04o" % stat.S_IMODE(fst.st_mode),
+                mode=f"{stat.S_IMODE(fst.st_mode):04o}",
                 uid=fst.st_uid,
                 size=len(data),
             )
@@ -246,7 +228,7 @@ def drop_privileges(uid, gid, groups):
     os.setresuid(uid, uid, uid)
 
 
-def read_as(path, anchor, uid, gid, groups, max_size):
+def read_as(path, anchor, uid, gid, groups, *, max_size):
     """read_file in a child process that runs as uid/gid/groups (when running as root)."""
     if os.geteuid() != 0 or uid == os.geteuid():
         return read_file(path, anchor, uid, max_size)
@@ -292,9 +274,9 @@ def main():
         try:
             pw = pwd.getpwnam(p["user"])
         except KeyError:
-            module.fail_json(msg="no such account: %s" % p["user"])
+            module.fail_json(msg="no such account: {}".format(p["user"]))
         groups = os.getgrouplist(pw.pw_name, pw.pw_gid)
-        res = read_as(p["path"], p["anchor"], pw.pw_uid, pw.pw_gid, groups, p["max_size"])
+        res = read_as(p["path"], p["anchor"], pw.pw_uid, pw.pw_gid, groups, max_size=p["max_size"])
     else:
         res = read_file(p["path"], p["anchor"], None, p["max_size"])
     res["content"] = base64.b64encode(res["content"]).decode("ascii")

@@ -58,7 +58,12 @@ def secret(tmp_path: Path) -> Path:
 
 def _read(mod: ModuleType, home: Path, **kw: object) -> dict[str, object]:
     res: dict[str, object] = mod.read_as(
-        str(home / ".claude" / "settings.json"), str(home), UID, GID, [GID], kw.get("max", 1 << 20)
+        str(home / ".claude" / "settings.json"),
+        str(home),
+        UID,
+        GID,
+        [GID],
+        max_size=kw.get("max", 1 << 20),
     )
     return res
 

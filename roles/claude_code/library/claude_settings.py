@@ -761,9 +761,7 @@ def update_settings(path, opts, account=None, *, check_mode=False, want_diff=Fal
             f"not as uid {os.geteuid()}"
         )
     if account is not None:
-        dfd, dir_changed = _user_dir(
-            path, account, opts["create"], check_mode or opts["read_only"]
-        )
+        dfd, dir_changed = _user_dir(path, account, opts["create"], check_mode or opts["read_only"])
     else:
         dfd, dir_changed = _root_dir(path, anchor, check_mode or opts["read_only"]), False
     fd = None

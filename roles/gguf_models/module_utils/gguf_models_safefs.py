@@ -297,7 +297,12 @@ def walk_dir(path, base=None, *, takeover_uid=None, modify=True, create=True):
                 raise UnsafePathError(f"{here} changed while it was checked; rerun")
             if managed or created:
                 _own_dir(
-                    fd, here, st, takeover_uid=takeover_uid, modify=modify, created=created,
+                    fd,
+                    here,
+                    st,
+                    takeover_uid=takeover_uid,
+                    modify=modify,
+                    created=created,
                     changes=changes,
                 )
             elif not _ancestor_ok(st):

@@ -53,7 +53,9 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 def unit_state(unit: str) -> dict[str, str]:
     out = subprocess.run(
         ["systemctl", "show", "--property=ActiveState,SubState,NRestarts,Result", unit],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     ).stdout
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
@@ -82,7 +84,9 @@ def health(url: str, context: ssl.SSLContext | None = None) -> tuple[int, str]:
 def journal(unit: str, lines: int) -> list[str]:
     out = subprocess.run(
         ["journalctl", "--unit", unit, "--lines", str(lines), "--no-pager", "--output", "cat"],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     ).stdout
     return out.splitlines()[-lines:]
 
@@ -129,7 +133,8 @@ def main() -> None:
             why = "stopped"
         elif elapsed >= p["timeout"]:
             why = "no /health 200 within {} s (last answer: {})".format(
-                p["timeout"], status or ("none: " + error if error else "none"))
+                p["timeout"], status or ("none: " + error if error else "none")
+            )
         if why:
             break
         time.sleep(1)
@@ -137,7 +142,12 @@ def main() -> None:
     tail = journal(p["unit"], p["journal_lines"])
     module.fail_json(
         msg="{} {}; last journal lines:\n{}".format(p["unit"], why, "\n".join(tail[-8:])),
-        elapsed=elapsed, restarts=restarts, state=state, status=status, error=error, journal=tail,
+        elapsed=elapsed,
+        restarts=restarts,
+        state=state,
+        status=status,
+        error=error,
+        journal=tail,
     )
 
 
