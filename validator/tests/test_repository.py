@@ -49,3 +49,26 @@ def test_readme_has_the_two_commands() -> None:
     assert "make site" in text and "make test" in text
     ci = (REPO / ".ci" / "run").read_text()
     assert "make test" in ci
+
+
+@pytest.mark.parametrize("role", ROLES, ids=[r.name for r in ROLES])
+def test_tags_select_every_part_of_a_role(role: Path) -> None:
+    """`--tags <role>` (and a part's own tag) must reach the role's tasks. A static import inherits
+    the tags of the task that imports it; a dynamic include passes on none by itself, so every
+    `include_tasks` of the role carries the role's tag in its `apply` (in main.yml also on the
+    include itself, so that the include runs)."""
+    main = yaml.safe_load((role / "tasks" / "main.yml").read_text()) or []
+    for task in main:
+        for key in ("ansible.builtin.include_tasks", "ansible.builtin.import_tasks"):
+            if key in task:
+                assert role.name in task.get("tags", []), f"{role.name}: {task.get('name')!r}"
+    for path in sorted((role / "tasks").glob("*.yml")):
+        for task in yaml.safe_load(path.read_text()) or []:
+            inc = task.get("ansible.builtin.include_tasks")
+            if inc is None:
+                continue
+            applied = inc.get("apply", {}).get("tags", []) if isinstance(inc, dict) else []
+            assert role.name in applied, (
+                f"{role.name}/{path.name}: include_tasks {task.get('name')!r} applies no "
+                f"{role.name} tag: with --tags its tasks would be skipped"
+            )
