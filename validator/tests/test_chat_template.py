@@ -813,7 +813,7 @@ def test_llama_server_renders_the_fixed_template_as_we_do(
 def test_the_llama_server_filter_fixes_the_real_qwen35_template_and_the_preflight_passes(
     qwen35: str,
 ) -> None:
-    """roles/llama_server/filter_plugins/llamafleet_template.py: the model's own template (the
+    """The llama_server role's filter llamafleet_chat_template_fix: the model's own template (the
     real Qwen3.5 one, as GGUF metadata) raises -> a fixed copy; the unit that passes it with
     --chat-template-file, checked in-process with the copy handed over in memory, has no LS021;
     the same unit without the copy in memory is not confirmed (unknown), and the model's own
@@ -822,7 +822,7 @@ def test_the_llama_server_filter_fixes_the_real_qwen35_template_and_the_prefligh
     from llamafleet.preflight import check_texts
 
     f = load_ansible_plugin(
-        REPO / "roles" / "llama_server" / "filter_plugins" / "llamafleet_template.py"
+        REPO / "roles" / "llama_server" / "filter_plugins" / "llamafleet.py"
     ).llamafleet_chat_template_fix
     meta = {"tokenizer.chat_template": qwen35, "general.architecture": "qwen35moe"}
     out = f(meta, "main")

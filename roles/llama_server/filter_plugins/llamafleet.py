@@ -1,10 +1,13 @@
 """Filters that render llama-server units with the llamafleet package (one renderer for the unit
 file and for the validator's preflight), and that refuse any value that could change the unit's
 structure: a newline in a rendered value would start a new line (a `[Service]` section, an
-`ExecStartPre=+...` run as root), so every value the template renders goes through one of them."""
+`ExecStartPre=+...` run as root), so every value the template renders goes through one of them.
+Also the instance-level facts the validator computes: `ignore:` as suppression comments, the
+chat template fixed for Claude Code, the Claude-Code-shaped gate requests, the per-slot context."""
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import re
 from collections.abc import Mapping
@@ -14,6 +17,18 @@ from ansible.errors import AnsibleFilterError
 
 try:
     from llamafleet.argv import render_argv
+    from llamafleet.chat_template import (
+        RAISES,
+        TemplateFixError,
+        classify,
+        fix_late_system,
+        jinja2_available,
+        model_template,
+    )
+    from llamafleet.claude_request import gate_bodies
+    from llamafleet.errors import InputError
+    from llamafleet.preflight import instance_ignores
+    from llamafleet.rules.cross import slot_context_of_argv
 except ImportError as exc:  # pragma: no cover - reported when the filter is used
     _IMPORT_ERROR: ImportError | None = exc
 else:
@@ -232,13 +247,18 @@ def tls_sans(names: Any, instance: str = "?") -> list[str]:
     return out
 
 
-def llamafleet_argv(instance: dict[str, Any]) -> list[str]:
-    """Render an instance mapping (model, host, port, args, extra_args) to an argv list."""
+def _need_llamafleet() -> None:
+    """Fail the task, saying how to fix it, when the llamafleet package cannot be imported."""
     if _IMPORT_ERROR is not None:
         raise AnsibleFilterError(
             "the llamafleet Python package is not installed on the controller "
             "(pip install ./validator): " + str(_IMPORT_ERROR)
         )
+
+
+def llamafleet_argv(instance: dict[str, Any]) -> list[str]:
+    """Render an instance mapping (model, host, port, args, extra_args) to an argv list."""
+    _need_llamafleet()
     return render_argv(instance)
 
 
@@ -282,6 +302,79 @@ def llamafleet_exposure_score(text: Any) -> str:
     return f"{score} {level}" if level else score
 
 
+def llamafleet_instance_ignores(ignore: Any, instance: str = "?") -> list[str]:
+    """An instance's ``ignore: {RULE_ID: reason}`` as the validator's suppression comments for its
+    unit (ids checked against the catalogue; a reason with a line break is refused: it goes into
+    the unit)."""
+    _need_llamafleet()
+    try:
+        return instance_ignores(ignore, instance)
+    except InputError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def llamafleet_chat_template_fix(
+    metadata: Any, instance: str = "?", enabled: bool = True
+) -> dict[str, Any]:
+    """From a model's GGUF metadata (``kv`` of the gguf_models role): ``{"action": "none"|"fixed"|
+    "unfixable", "kind": the original's classification, "detail", "change", "key", "text",
+    "sha256"}``. ``text`` is the template to write beside the unit (only when ``fixed``)."""
+    _need_llamafleet()
+    none = {
+        "action": "none",
+        "kind": "",
+        "detail": "",
+        "change": "",
+        "key": "",
+        "text": "",
+        "sha256": "",
+    }
+    if not isinstance(metadata, Mapping) or not enabled or not jinja2_available():
+        return none
+    found = model_template(metadata)
+    if found is None:
+        return none
+    template, key = found
+    before = classify(template, isolate=True)
+    out = dict(none, kind=before.kind, detail=before.detail, key=key)
+    if before.kind != RAISES:
+        return out
+    try:
+        fixed, change = fix_late_system(template, isolate=True)
+    except TemplateFixError as exc:
+        return dict(out, action="unfixable", change=f"instance {instance}: {exc}")
+    return dict(
+        out,
+        action="fixed",
+        change=change,
+        text=fixed,
+        sha256=hashlib.sha256(fixed.encode("utf-8")).hexdigest(),
+    )
+
+
+def llamafleet_claude_code_requests(model: Any, max_tokens: int = 8) -> list[dict[str, Any]]:
+    """Claude Code's first request (recorded from the real CLI: system blocks, a few of its tools,
+    thinking, the user's prompt and the late system message after it) and the same session's next
+    turn, for the instance alias ``model``: the smoke request sends the first, the rollout's
+    prompt-cache gate both (llamafleet.claude_request.gate_bodies)."""
+    _need_llamafleet()
+    try:
+        return gate_bodies(str(model), int(max_tokens))
+    except InputError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def llamafleet_slot_context(argv: Any, model_meta: Any = None) -> int:
+    """The tokens one request may use on an instance (llama.cpp's per-slot context) from its argv
+    and the gguf_models description of its model; 0 when unknown. Clients size their compaction
+    window from it (the claude_code role: ``llama_server_endpoints[...].ctx_per_slot``)."""
+    _need_llamafleet()
+    if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)):
+        raise AnsibleFilterError(f"llamafleet_slot_context: expected an argv list, got {argv!r}")
+    meta = model_meta if isinstance(model_meta, Mapping) and model_meta else None
+    return slot_context_of_argv([str(a) for a in argv], meta) or 0
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -296,4 +389,8 @@ class FilterModule:
             "llamafleet_client_keys": client_keys,
             "llamafleet_client_key_file": client_key_file,
             "llamafleet_exposure_score": llamafleet_exposure_score,
+            "llamafleet_instance_ignores": llamafleet_instance_ignores,
+            "llamafleet_chat_template_fix": llamafleet_chat_template_fix,
+            "llamafleet_claude_code_requests": llamafleet_claude_code_requests,
+            "llamafleet_slot_context": llamafleet_slot_context,
         }
