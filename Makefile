@@ -14,7 +14,7 @@ export ANSIBLE_FORCE_COLOR ?= 0
 VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
-TESTHOST := molecule/_shared/testhost.sh
+TESTHOST := testbed/testhost.sh
 
 .PHONY: help bootstrap site site-down test lint unit molecule bench clean
 
@@ -46,8 +46,8 @@ test: bootstrap lint unit molecule
 
 lint: $(VENV)/.stamp
 	# the Python of the roles (modules, plugins), the playbooks and the test tooling too
-	(cd validator && $(BIN)/ruff check src tests tools ../roles ../playbooks ../molecule/_shared \
-	  && $(BIN)/ruff format --check src tests tools ../roles ../playbooks ../molecule/_shared)
+	(cd validator && $(BIN)/ruff check src tests tools ../roles ../playbooks ../testbed \
+	  && $(BIN)/ruff format --check src tests tools ../roles ../playbooks ../testbed)
 	(cd validator && $(BIN)/mypy)
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint --offline

@@ -20,8 +20,8 @@ NET=${LLAMAFLEET_NET:-10.131.7}
 SERVER=${1:-$NET.31}
 CLIENT=${2:-$NET.32}
 USER_NAME=${3:-dev}
-KEY=$("$here/../_shared/testhost.sh" key)
-GW=$("$here/../_shared/testhost.sh" gateway)
+KEY=$("$here/../../testbed/testhost.sh" key)
+GW=$("$here/../../testbed/testhost.sh" gateway)
 
 ssh -i "$KEY" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR \
   -o BatchMode=yes "root@$CLIENT" bash -s -- "$SERVER" "$GW" "$USER_NAME" <<'REMOTE'

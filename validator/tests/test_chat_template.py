@@ -725,7 +725,7 @@ def test_template_cli_errors(tmp_path: Path, templates: dict[str, str]) -> None:
 # ----------------------------------------------------------------------------- llama.cpp itself
 
 SERVER = os.environ.get("LLAMAFLEET_LLAMA_SERVER", "")
-GENERATOR = REPO / "molecule" / "_shared" / "make-tiny-model.py"
+GENERATOR = REPO / "testbed" / "make-tiny-model.py"
 
 
 def _free_port() -> int:

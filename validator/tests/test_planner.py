@@ -585,7 +585,7 @@ def test_fixture_is_reproducible() -> None:
 # ----------------------------------------------------------------------------- real server logs
 #
 # Measured with the TurboQuant fork's llama-server, build 9079 (69d8e4be4), on CPU, by
-# tools/planner_vs_log.py with the three models of molecule/_shared/make-tiny-model.py. The
+# tools/planner_vs_log.py with the three models of testbed/make-tiny-model.py. The
 # metadata below are those models' (only the keys the planner reads). Each row is the server's
 # `llama_kv_cache: size = ... K (T): X MiB, V (T): Y MiB` line and, for the hybrid model, its
 # `llama_memory_recurrent: size = Z MiB (...), R (f32): ... MiB, S (f32): ... MiB` line; the log

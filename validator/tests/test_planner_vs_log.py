@@ -2,7 +2,7 @@
 
 Needs a llama-server binary of the TurboQuant fork (the grid uses turbo cache types): set
 ``LLAMAFLEET_LLAMA_SERVER=/path/to/llama-server``. Without it the test is skipped. The tiny
-models are generated into a temporary directory by ``molecule/_shared/make-tiny-model.py``
+models are generated into a temporary directory by ``testbed/make-tiny-model.py``
 (the tool does that itself when they are missing), or taken from ``LLAMAFLEET_TINY_MODELS``
 when that names a directory holding them. Run with ``pytest -s`` to see the table.
 """

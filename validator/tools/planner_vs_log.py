@@ -4,7 +4,7 @@
                       [--ssh "ssh -i KEY root@HOST" --remote-dir /tmp/x] [--json OUT]
                       [--no-generate] [--only ID[,ID...]] [--timeout SECONDS] [--markdown]
 
-DIR holds the three tiny test models written by ``molecule/_shared/make-tiny-model.py``:
+DIR holds the three tiny test models written by ``testbed/make-tiny-model.py``:
 ``tiny-llama.gguf`` (2 layers, 2 KV heads of 32), ``tiny-llama-gqa6.gguf`` (``--gqa-ratio 6``) and
 ``tiny-qwen35moe.gguf`` (``--arch qwen35moe``: 2 attention + 6 gated-delta-net layers). A model
 that is missing is generated into DIR with that script (same interpreter, default seed), unless
@@ -56,7 +56,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-GENERATOR = REPO / "molecule" / "_shared" / "make-tiny-model.py"
+GENERATOR = REPO / "testbed" / "make-tiny-model.py"
 try:
     from llamafleet import planner
     from llamafleet.gguf_meta import ModelFacts, load_model_meta

@@ -13,7 +13,7 @@
 #   make-test-models.sh DIR
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
 ARCHIVE=${LLAMAFLEET_FORK_ARCHIVE:-$ROOT/../shared/sources/llama-cpp-turboquant-69d8e4be4.tar.gz}
 PYTHON=${PYTHON:-python3}
 DIR=${1:?usage: make-test-models.sh DIR}

@@ -20,7 +20,7 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
 CACHE=${LLAMAFLEET_CACHE:-/var/cache/llamafleet}
 ARCHIVE=${LLAMAFLEET_FORK_ARCHIVE:-$ROOT/../shared/sources/llama-cpp-turboquant-69d8e4be4.tar.gz}
 META=${ARCHIVE%.tar.gz}.json
