@@ -17,8 +17,8 @@ from conftest import FIXTURES, load_ansible_plugin, run_cli
 from llamafleet import planner
 from llamafleet.argv import parse_argv_list
 from llamafleet.engine import Inputs, add_file, run
-from llamafleet.gguf_meta import load_model_meta
-from llamafleet.refs import MAX_BYTES, NEVER, ReferencedFiles, read_regular_file
+from llamafleet.gguf_meta import load_model_meta, mmproj_bytes
+from llamafleet.refs import AS_NAMED, MAX_BYTES, NEVER, ReferencedFiles, read_regular_file
 from llamafleet.units import parse_unit
 
 REPO = Path(__file__).resolve().parents[2]
@@ -260,9 +260,18 @@ def test_mmproj_size_only_as_the_policy_allows(tmp_path: Path) -> None:
     mmproj = tmp_path / "mmproj.gguf"
     mmproj.write_bytes(b"\0" * (3 * 1024 * 1024))
     model = load_model_meta(str(FIXTURES / "models" / "qwen3.6-35b-a3b-ud-iq3_s.json"))
-    cfg = parse_argv_list(["-c", "8192", "--mmproj", str(mmproj)])
-    assert planner.estimate(model, cfg).mmproj_mib == 3
-    assert planner.estimate(model, cfg, referenced=NEVER).mmproj_mib == 0
+    cfg_argv = ["-c", "8192", "--mmproj", str(mmproj)]
+    cfg = parse_argv_list(cfg_argv)
+    # the caller looks the size up (the planner reads no file); the policy decides
+    assert mmproj_bytes(cfg, AS_NAMED) == 3 * 1024 * 1024
+    assert mmproj_bytes(cfg, NEVER) is None
+    assert planner.estimate(model, cfg, mmproj_bytes=mmproj_bytes(cfg, AS_NAMED)).mmproj_mib == 3
+    assert planner.estimate(model, cfg, mmproj_bytes=mmproj_bytes(cfg, NEVER)).mmproj_mib == 0
+    # `llamafleet plan` plans the projector the flags name
+    meta = FIXTURES / "models" / "qwen3.6-35b-a3b-ud-iq3_s.json"
+    res = run_cli(["plan", "--model-meta", str(meta), "--format", "json", "--", *cfg_argv])
+    assert res.code == 0, res.err
+    assert res.json()["mmproj_mib"] == 3
 
 
 def test_playbook_filter_parses_without_opening(tmp_path: Path) -> None:

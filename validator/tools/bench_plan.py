@@ -1,8 +1,10 @@
 """Print how long ``llamafleet plan`` takes on the Qwen3.6 fixture and on a tiny GGUF.
 
 Not a test: timings depend on the machine. Run ``python tools/bench_plan.py`` from ``validator/``.
-Prints the in-process time (load the model facts + estimate), the best of N runs, and the wall
-time of the whole ``llamafleet plan`` command in a fresh interpreter (import included).
+Prints, the best of N runs each: the in-process time to load the model facts, the time of
+``planner.estimate`` alone (model loaded), and the wall time of the whole ``llamafleet plan``
+command in a fresh interpreter (import included); then the time of the ``--suggest`` table for five
+GPU sizes. To compare two trees, run it twice with ``PYTHONPATH`` pointing at each ``src``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
@@ -57,18 +60,27 @@ def tiny_gguf(path: Path) -> None:
     w.close()
 
 
-def in_process(flag: str, path: Path, runs: int = 20) -> float:
+def best_ms(fn: Callable[[], object], runs: int) -> float:
+    best = float("inf")
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best * 1000
+
+
+def in_process(path: Path, runs: int = 20) -> tuple[float, float]:
+    """(load ms, estimate ms): the model facts loaded, then planned with the seed's flags."""
     from llamafleet.argv import parse_argv_list
     from llamafleet.gguf_meta import load_model_meta
     from llamafleet.planner import estimate
 
-    del flag
-    best = float("inf")
-    for _ in range(runs):
-        t = time.perf_counter()
-        estimate(load_model_meta(str(path)), parse_argv_list(SEED))
-        best = min(best, time.perf_counter() - t)
-    return best * 1000
+    model = load_model_meta(str(path))
+    cfg = parse_argv_list(SEED)
+    return (
+        best_ms(lambda: load_model_meta(str(path)), runs),
+        best_ms(lambda: estimate(model, cfg), runs * 10),
+    )
 
 
 def command(flag: str, path: Path, runs: int = 5) -> float:
@@ -103,19 +115,16 @@ def main() -> None:
             ("Qwen3.6 fixture (inspect JSON)", "--model-meta", FIXTURE),
             (f"tiny GGUF ({os.path.getsize(tiny) / 1e6:.1f} MB)", "--gguf", tiny),
         ]
-        print(f"{'model':<34}{'load+estimate ms':>18}{'whole command ms':>18}")
+        print(f"{'model':<34}{'load ms':>10}{'estimate ms':>13}{'whole command ms':>18}")
         for label, flag, path in rows:
-            print(f"{label:<34}{in_process(flag, path):>18.1f}{command(flag, path):>18.1f}")
+            load, plan = in_process(path)
+            print(f"{label:<34}{load:>10.2f}{plan:>13.3f}{command(flag, path):>18.1f}")
         from llamafleet.gguf_meta import load_model_meta
         from llamafleet.planner import suggestion_table
 
         model = load_model_meta(str(FIXTURE))
-        t = time.perf_counter()
-        suggestion_table(model)
-        print(
-            f"suggest for 5 GPU sizes on the Qwen3.6 fixture: "
-            f"{(time.perf_counter() - t) * 1000:.0f} ms"
-        )
+        ms = best_ms(lambda: suggestion_table(model), 5)
+        print(f"suggest for 5 GPU sizes on the Qwen3.6 fixture: {ms:.0f} ms")
 
 
 if __name__ == "__main__":

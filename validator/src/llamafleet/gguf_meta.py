@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 import struct
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from llamafleet.errors import InputError
+
+if TYPE_CHECKING:
+    from llamafleet.argv import ServerConfig
+    from llamafleet.refs import ReferencedFiles
 
 #: Metadata arrays that are large and say nothing about memory: summarised by their length.
 _SKIPPED_ARRAYS = (
@@ -316,3 +320,11 @@ def model_from_dict(data: Any, path: str | None = None) -> ModelFacts:
         )
     tensors = data.get("tensors") or []
     return ModelFacts(metadata=data["metadata"], tensors=list(tensors), path=data.get("path", path))
+
+
+def mmproj_bytes(cfg: ServerConfig, referenced: ReferencedFiles) -> int | None:
+    """The size of the ``--mmproj`` file the flags name, when ``referenced`` allows looking at it
+    (None: no projector, not allowed, or not a regular file). The planner takes the number
+    (:func:`llamafleet.planner.estimate`'s ``mmproj_bytes``) and reads no file itself."""
+    named = cfg.value("--mmproj")
+    return referenced.size(named) if named else None

@@ -24,9 +24,9 @@ from typing import Any
 
 from llamafleet import planner
 from llamafleet.argv import ParseError, ServerConfig, parse_argv_list, parse_script
-from llamafleet.gguf_meta import GGUFError, ModelFacts, load_model_meta
+from llamafleet.gguf_meta import GGUFError, ModelFacts, load_model_meta, mmproj_bytes
 from llamafleet.planner import DEFAULT_MARGIN_MIB, Plan, PlanError, Suggestion
-from llamafleet.refs import ReferencedFiles
+from llamafleet.refs import AS_NAMED, ReferencedFiles
 from llamafleet.units import parse_unit
 
 EXIT_OK, EXIT_NO_FIT, EXIT_USAGE = 0, 1, 2
@@ -171,7 +171,12 @@ def run(args: argparse.Namespace) -> int:
         model = _load_model(args, cfg)
         if args.suggest:
             return _run_suggest(args, model, cfg)
-        plan = planner.estimate(model, cfg, auto_asymmetric=args.turbo_auto_asymmetric)
+        plan = planner.estimate(
+            model,
+            cfg,
+            auto_asymmetric=args.turbo_auto_asymmetric,
+            mmproj_bytes=mmproj_bytes(cfg, AS_NAMED),
+        )
     except (_InputError, PlanError) as exc:
         sys.stderr.write(f"llamafleet plan: error: {exc}\n")
         return EXIT_USAGE
@@ -201,6 +206,7 @@ def _run_suggest(args: argparse.Namespace, model: ModelFacts, cfg: ServerConfig)
         margin_mib=args.margin,
         turbo=not args.no_turbo,
         extra_args=rest,
+        mmproj_bytes=mmproj_bytes(cfg, AS_NAMED),
     )
     if args.format == "json":
         sys.stdout.write(json.dumps([s.as_dict() for s in found], indent=2) + "\n")

@@ -15,11 +15,18 @@ Components (MiB = 2**20 bytes, as llama.cpp prints them):
 * context checkpoints: host RAM, one recurrent-state (+ SWA window) snapshot each, per slot;
 * compute: a documented estimate (logits, attention mask, activations, f16 staging of a
   quantized K/V for flash attention, CUDA context).
+
+:func:`estimate` adds up one small function per component (``plan_context``,
+``plan_cache_types``, ``weights_split``, ``kv_cache_bytes``, ``recurrent_state_bytes``,
+``plan_checkpoints``, ``plan_mmproj``, ``plan_compute``). Slots and context padding are
+:mod:`llamafleet.slots`, shared with the server rules. No file is read here: the size of a
+``--mmproj`` file comes from the caller (:func:`llamafleet.gguf_meta.mmproj_bytes`).
 """
 
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -29,7 +36,15 @@ from llamafleet.argv import ServerConfig, parse_argv_list
 from llamafleet.errors import InputError
 from llamafleet.gguf_meta import GGML_WEIGHT_SIZES as _GGML_WEIGHT_SIZES
 from llamafleet.gguf_meta import ModelFacts
-from llamafleet.refs import AS_NAMED, ReferencedFiles
+from llamafleet.slots import (
+    AUTO_SLOTS,
+    CTX_PAD,
+    SlotLayout,
+    context_size,
+    pad,
+    slot_layout,
+    slots,
+)
 
 MIB = 1024 * 1024
 
@@ -44,12 +59,11 @@ DEFAULT_MARGIN_MIB: float = 1024.0
 CUDA_OVERHEAD_MIB: float = 400.0
 
 #: llama-server defaults (common/common.h, tools/server).
-DEFAULT_N_PARALLEL_AUTO = 4
+DEFAULT_N_PARALLEL_AUTO = AUTO_SLOTS
 DEFAULT_CTX_CHECKPOINTS = 32
 DEFAULT_N_BATCH = 2048
 DEFAULT_N_UBATCH = 512
 DEFAULT_CACHE_RAM_MIB = 8192
-CTX_PAD = 256  # GGML_PAD(n_ctx, 256) in llama-context.cpp
 TURBO_BLOCK = 128  # TurboQuant blocks; head_dim is zero-padded to a multiple of this
 
 #: KV cache types: (values per block, bytes per block). Upstream ggml types (their sizes are the
@@ -134,7 +148,7 @@ class Geometry:
 
     @property
     def n_swa_layers(self) -> int:
-        return sum(1 for a, s in zip(self.attention, self.swa, strict=True) if a and s)
+        return sum(map(operator.and_, self.attention, self.swa))
 
     @property
     def n_recurrent_layers(self) -> int:
@@ -199,64 +213,108 @@ def geometry(model: ModelFacts) -> Geometry:
     n_embd = _int(model.arch_key("embedding_length"))
     if not n_layer or not n_embd:
         raise PlanError(f"{where}: metadata lacks {arch}.block_count / {arch}.embedding_length")
-    notes: list[str] = []
     n_head = _per_layer(model, "attention.head_count", n_layer, 0)
     n_head_kv = _per_layer(model, "attention.head_count_kv", n_layer, max(n_head))
     n_head0 = max(n_head) or 1
-    head_k = _int(model.arch_key("attention.key_length")) or n_embd // n_head0
-    head_v = _int(model.arch_key("attention.value_length")) or n_embd // n_head0
-
-    n_vocab = _int(model.arch_key("vocab_size")) or 0
-    if not n_vocab:
-        for t in model.tensors:
-            if t.get("name") in ("token_embd.weight", "output.weight") and t.get("shape"):
-                n_vocab = int(t["shape"][-1])
-                break
-    if not n_vocab:
-        toks = model.metadata.get("tokenizer.ggml.tokens")
-        if isinstance(toks, dict):
-            n_vocab = int(toks.get("array_length") or 0)
-        elif isinstance(toks, list):
-            n_vocab = len(toks)
-
-    # recurrent layers (llama.cpp: recurrent_layer_arr) and layers with a KV cache
-    recurrent = [False] * n_layer
-    attention = [kv > 0 for kv in n_head_kv]
-    interval = _int(model.arch_key("full_attention_interval"))
-    if arch in _PURE_RECURRENT or arch.startswith("rwkv"):
-        recurrent = [True] * n_layer
-        attention = [False] * n_layer
-    elif model.is_recurrent and interval:
-        recurrent = [(il + 1) % interval != 0 for il in range(n_layer)]
-        attention = [not r for r in recurrent]
-    elif model.is_recurrent and any(kv == 0 for kv in n_head_kv):
-        recurrent = [kv == 0 for kv in n_head_kv]
-    elif model.is_recurrent:
-        recurrent = [True] * n_layer
+    recurrent, attention, kind_notes = _layer_kinds(model, arch, n_layer, n_head_kv)
+    n_swa, swa, swa_notes = _swa_layers(model, arch, n_layer)
+    rs_bytes, rs_conv_bytes, ssm_width = _recurrent_state(model, n_embd)
+    notes = [*kind_notes, *swa_notes]
+    if any(recurrent) and rs_bytes == 0:
         notes.append(
-            f"{arch}: layer kinds unknown; counted every layer as both attention and "
-            "recurrent (conservative)"
+            f"{arch}: recurrent layers but no ssm.*/wkv.* sizes in the metadata; "
+            "recurrent state counted as 0"
         )
+    if arch in ("deepseek2", "glm4moe_lite", "kimi_k2") or model.arch_key("attention.kv_lora_rank"):
+        notes.append(
+            f"{arch}: MLA attention is not modelled; K/V use key_length/value_length "
+            "(an over-estimate)"
+        )
+    return Geometry(
+        arch=arch,
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_vocab=_n_vocab(model),
+        n_ctx_train=model.context_length,
+        n_head=tuple(n_head),
+        n_head_kv=tuple(n_head_kv),
+        head_k=_int(model.arch_key("attention.key_length")) or n_embd // n_head0,
+        head_v=_int(model.arch_key("attention.value_length")) or n_embd // n_head0,
+        attention=attention,
+        swa=swa,
+        recurrent=recurrent,
+        n_swa=n_swa,
+        rs_bytes_per_layer=rs_bytes,
+        ffn_per_token=_ffn_per_token(model, n_embd),
+        ssm_width=ssm_width,
+        notes=tuple(notes),
+        rs_conv_bytes_per_layer=rs_conv_bytes,
+    )
 
-    # sliding-window layers
+
+def _n_vocab(model: ModelFacts) -> int:
+    """Vocabulary size: the metadata key, else the embedding's shape, else the token list."""
+    n_vocab = _int(model.arch_key("vocab_size")) or 0
+    if n_vocab:
+        return n_vocab
+    for t in model.tensors:
+        if t.get("name") in ("token_embd.weight", "output.weight") and t.get("shape"):
+            return int(t["shape"][-1])
+    toks = model.metadata.get("tokenizer.ggml.tokens")
+    if isinstance(toks, dict):
+        return int(toks.get("array_length") or 0)
+    if isinstance(toks, list):
+        return len(toks)
+    return 0
+
+
+def _layer_kinds(
+    model: ModelFacts, arch: str, n_layer: int, n_head_kv: list[int]
+) -> tuple[tuple[bool, ...], tuple[bool, ...], tuple[str, ...]]:
+    """(recurrent layers as llama.cpp's recurrent_layer_arr, layers with a KV cache, notes)."""
+    if arch in _PURE_RECURRENT or arch.startswith("rwkv"):
+        return (True,) * n_layer, (False,) * n_layer, ()
+    attention = tuple(kv > 0 for kv in n_head_kv)
+    if not model.is_recurrent:
+        return (False,) * n_layer, attention, ()
+    interval = _int(model.arch_key("full_attention_interval"))
+    if interval:
+        recurrent = tuple((il + 1) % interval != 0 for il in range(n_layer))
+        return recurrent, tuple(not r for r in recurrent), ()
+    if any(kv == 0 for kv in n_head_kv):
+        return tuple(kv == 0 for kv in n_head_kv), attention, ()
+    note = (
+        f"{arch}: layer kinds unknown; counted every layer as both attention and "
+        "recurrent (conservative)"
+    )
+    return (True,) * n_layer, attention, (note,)
+
+
+def _swa_layers(
+    model: ModelFacts, arch: str, n_layer: int
+) -> tuple[int, tuple[bool, ...], tuple[str, ...]]:
+    """(sliding window, which layers use it, notes)."""
     n_swa = _int(model.arch_key("attention.sliding_window")) or 0
-    swa = [False] * n_layer
-    if n_swa > 0:
-        pattern = model.arch_key("attention.sliding_window_pattern")
-        if isinstance(pattern, list) and pattern:
-            flags = [bool(x) for x in pattern]
-            swa = (flags * (n_layer // len(flags) + 1))[:n_layer]
-        else:
-            p = _int(pattern) or _SWA_PATTERN_DEFAULTS.get(arch)
-            if p:
-                swa = [il % p < p - 1 for il in range(n_layer)]
-            else:
-                notes.append(
-                    f"{arch}: sliding_window set but no layer pattern known; counted "
-                    "every layer as full attention (conservative)"
-                )
+    none = (False,) * n_layer
+    if n_swa <= 0:
+        return n_swa, none, ()
+    pattern = model.arch_key("attention.sliding_window_pattern")
+    if isinstance(pattern, list) and pattern:
+        flags = [bool(x) for x in pattern]
+        return n_swa, tuple((flags * (n_layer // len(flags) + 1))[:n_layer]), ()
+    p = _int(pattern) or _SWA_PATTERN_DEFAULTS.get(arch)
+    if p:
+        return n_swa, tuple(il % p < p - 1 for il in range(n_layer)), ()
+    note = (
+        f"{arch}: sliding_window set but no layer pattern known; counted "
+        "every layer as full attention (conservative)"
+    )
+    return n_swa, none, (note,)
 
-    # recurrent state per layer per sequence (llama_hparams::n_embd_r / n_embd_s, f32)
+
+def _recurrent_state(model: ModelFacts, n_embd: int) -> tuple[int, int, int]:
+    """(recurrent state bytes per layer per sequence, the conv part of it, SSM width): f32
+    conv (R) and SSM (S) state, llama_hparams::n_embd_r / n_embd_s."""
     d_conv = _int(model.arch_key("ssm.conv_kernel")) or 0
     d_inner = _int(model.arch_key("ssm.inner_size")) or 0
     d_state = _int(model.arch_key("ssm.state_size")) or 0
@@ -271,46 +329,17 @@ def geometry(model: ModelFacts) -> Geometry:
     else:
         n_r = (d_conv - 1 if d_conv > 0 else 0) * (d_inner + 2 * n_group * d_state)
         n_s = d_state * d_inner
-    rs_bytes = 4 * (n_r + n_s)
-    if any(recurrent) and rs_bytes == 0:
-        notes.append(
-            f"{arch}: recurrent layers but no ssm.*/wkv.* sizes in the metadata; "
-            "recurrent state counted as 0"
-        )
+    return 4 * (n_r + n_s), 4 * n_r, d_inner + 2 * n_group * d_state
 
+
+def _ffn_per_token(model: ModelFacts, n_embd: int) -> int:
+    """FFN width one token touches: experts used x expert width + shared, else the FFN."""
     n_expert_used = _int(model.arch_key("expert_used_count")) or 0
     n_ff_exp = _int(model.arch_key("expert_feed_forward_length")) or 0
     n_ff_sh = _int(model.arch_key("expert_shared_feed_forward_length")) or 0
     ff = model.arch_key("feed_forward_length")
     n_ff = max(ff) if isinstance(ff, list) and ff else (_int(ff) or 4 * n_embd)
-    ffn_per_token = n_expert_used * n_ff_exp + n_ff_sh if n_expert_used and n_ff_exp else n_ff
-    ssm_width = d_inner + 2 * n_group * d_state
-
-    if arch in ("deepseek2", "glm4moe_lite", "kimi_k2") or model.arch_key("attention.kv_lora_rank"):
-        notes.append(
-            f"{arch}: MLA attention is not modelled; K/V use key_length/value_length "
-            "(an over-estimate)"
-        )
-    return Geometry(
-        arch=arch,
-        n_layer=n_layer,
-        n_embd=n_embd,
-        n_vocab=n_vocab,
-        n_ctx_train=model.context_length,
-        n_head=tuple(n_head),
-        n_head_kv=tuple(n_head_kv),
-        head_k=head_k,
-        head_v=head_v,
-        attention=tuple(attention),
-        swa=tuple(swa),
-        recurrent=tuple(recurrent),
-        n_swa=n_swa,
-        rs_bytes_per_layer=rs_bytes,
-        ffn_per_token=ffn_per_token,
-        ssm_width=ssm_width,
-        notes=tuple(notes),
-        rs_conv_bytes_per_layer=4 * n_r,
-    )
+    return n_expert_used * n_ff_exp + n_ff_sh if n_expert_used and n_ff_exp else n_ff
 
 
 # ----------------------------------------------------------------------------- KV arithmetic
@@ -359,8 +388,42 @@ def kv_row_bytes(cache_type: str, n_head_kv: int, head_dim: int) -> int:
     return -(-n // blk) * size
 
 
-def pad(n: int, to: int) -> int:
-    return -(-n // to) * to
+@dataclass
+class KVBytes:
+    """K and V cache bytes over all layers, and the part of them kept on the host."""
+
+    k: int
+    v: int
+    host: int = 0
+
+
+def kv_cache_bytes(
+    geo: Geometry,
+    type_k: str,
+    type_v: str,
+    *,
+    cells: int,
+    swa_cells: int,
+    first_gpu_layer: int = 0,
+) -> KVBytes:
+    """K and V bytes of the attention layers: ``cells`` cells per full-attention layer and
+    ``swa_cells`` per sliding-window layer (all streams together); the layers below
+    ``first_gpu_layer`` keep theirs on the host. V follows the fork's per-layer rule
+    (:func:`layer_cache_type_v`). The one K/V loop of the planner: the cache itself, the SWA part
+    of a context checkpoint and the alternative K of the auto-asymmetric note all use it."""
+    k = v = host = 0
+    for il in range(geo.n_layer):
+        if not geo.attention[il]:
+            continue
+        n = swa_cells if geo.swa[il] else cells
+        kb = kv_row_bytes(type_k, geo.n_head_kv[il], geo.head_k) * n
+        vt = layer_cache_type_v(type_v, il, geo.n_layer)
+        vb = kv_row_bytes(vt, geo.n_head_kv[il], geo.head_v) * n
+        k += kb
+        v += vb
+        if il < first_gpu_layer:
+            host += kb + vb
+    return KVBytes(k, v, host)
 
 
 # ----------------------------------------------------------------------------- weights
@@ -403,7 +466,7 @@ def _placement(
     m = _BLK_RE.match(name)
     if m:
         il = int(m.group(1))
-        if _EXPERT_RE.search(name) and (off.cpu_moe or il < off.n_cpu_moe):
+        if (off.cpu_moe or il < off.n_cpu_moe) and _EXPERT_RE.search(name):
             return False
         return i_gpu_start <= il < n_layer or (il >= n_layer and output_on_gpu)
     if name.startswith(("token_embd", "position_embd", "token_types")):
@@ -560,127 +623,142 @@ def offload_from_config(cfg: ServerConfig) -> Offload:
     )
 
 
-def estimate(
-    model: ModelFacts,
-    cfg: ServerConfig,
-    *,
-    auto_asymmetric: bool = False,
-    geo: Geometry | None = None,
-    weights: Weights | None = None,
-    referenced: ReferencedFiles | None = None,
-) -> Plan:
-    """Memory needed by llama-server for ``model`` started with the flags in ``cfg``.
+# ----------------------------------------------------------------------------- the sections
 
-    ``auto_asymmetric``: model the TurboQuant fork's 2026-05 behaviour that rewrites a symmetric
-    turbo K to q8_0 when the query/KV head ratio is >= 6 (``TURBO_AUTO_ASYMMETRIC``). Off by
-    default: the seed guide's build honoured turbo K. Either way the plan carries a note.
-    ``geo``/``weights`` let callers (``suggest``) reuse work that does not depend on ``cfg``.
-    ``referenced``: whether the ``--mmproj`` file's size may be looked up (default: as named, for
-    flags the caller gives; ``llamafleet check`` passes its referenced-files policy).
-    """
-    geo = geo or geometry(model)
-    notes = list(geo.notes)
+
+@dataclass
+class ContextPlan:
+    """Slots and context: how ``-c``/``-np``/``--kv-unified`` lay out the KV cells."""
+
+    layout: SlotLayout
+    ctx_requested: int  # -c, or the training context
+    n_ubatch: int
+    notes: tuple[str, ...] = ()
+
+
+def plan_context(cfg: ServerConfig, geo: Geometry) -> ContextPlan:
+    """The :func:`~llamafleet.slots.slot_layout` of the flags; errors name ``cfg.path``."""
     where = cfg.path
-
-    # --- slots and context
-    np_flag = cfg.int_value("--parallel")
-    if np_flag == 0:
+    if cfg.int_value("--parallel") == 0:
         raise PlanError(f"{where}: -np 0 is rejected by llama-server (use -1 for auto or N >= 1)")
-    auto_np = np_flag is None or np_flag < 0
-    n_parallel = DEFAULT_N_PARALLEL_AUTO if auto_np else int(np_flag or 1)
-    kvu = cfg.bool_value("--kv-unified")
-    kv_unified = auto_np if kvu is None else kvu
-
+    n_parallel, unified, _ = slots(cfg)
+    notes: list[str] = []
+    ctx_req, _ = context_size(cfg, geo.n_ctx_train)
+    if ctx_req is None:
+        raise PlanError(f"{where}: no -c given and the model has no context_length")
     ctx_flag = cfg.int_value("--ctx-size")
     if ctx_flag is None or ctx_flag <= 0:
-        if not geo.n_ctx_train:
-            raise PlanError(f"{where}: no -c given and the model has no context_length")
-        ctx_req = geo.n_ctx_train
         notes.append(
             f"-c not set: llama-server uses the training context {ctx_req}"
             + (" (--fit may shrink it)" if ctx_flag is None else "")
         )
-    else:
-        ctx_req = ctx_flag
-    n_ctx = pad(ctx_req, CTX_PAD)
-    if kv_unified:
-        n_ctx_seq = n_ctx
-        n_stream = 1
-    else:
-        n_ctx_seq = pad(n_ctx // n_parallel, CTX_PAD)
-        if n_ctx_seq == 0:
+    layout = slot_layout(ctx_req, n_parallel, unified)
+    if not unified:
+        if layout.n_ctx_seq == 0:
             raise PlanError(f"{where}: -c {ctx_req} split over {n_parallel} slots gives 0")
-        n_ctx = n_ctx_seq * n_parallel
-        n_stream = n_parallel
         if n_parallel > 1:
             notes.append(
                 f"--no-kv-unified with {n_parallel} slots: each request gets "
-                f"{n_ctx_seq} tokens, not {ctx_req}"
+                f"{layout.n_ctx_seq} tokens, not {ctx_req}"
             )
-    if geo.n_ctx_train and n_ctx_seq > geo.n_ctx_train:
+    if geo.n_ctx_train and layout.n_ctx_seq > geo.n_ctx_train:
         notes.append(
-            f"slot context {n_ctx_seq} exceeds the training context "
+            f"slot context {layout.n_ctx_seq} exceeds the training context "
             f"{geo.n_ctx_train}: llama-server caps each slot at it (memory is still "
             "allocated for the full -c)"
         )
     n_batch = cfg.int_value("--batch-size") or DEFAULT_N_BATCH
     n_ubatch = min(cfg.int_value("--ubatch-size") or DEFAULT_N_UBATCH, n_batch)
+    return ContextPlan(layout, ctx_req, n_ubatch, tuple(notes))
 
-    # --- cache types and flash attention
+
+def swa_cells(geo: Geometry, ctx: ContextPlan, swa_full: bool) -> int:
+    """KV cells per stream of an SWA layer (llama-kv-cache-iswa.cpp)."""
+    n_ctx_seq = ctx.layout.n_ctx_seq
+    if not geo.n_swa or swa_full:
+        return n_ctx_seq
+    n_seq = ctx.layout.n_parallel if ctx.layout.unified else 1
+    return min(n_ctx_seq, pad(geo.n_swa * n_seq + ctx.n_ubatch, CTX_PAD))
+
+
+@dataclass
+class CacheTypes:
+    """K/V cache types and flash attention, as the server will run them."""
+
+    k: str  # effective K (after the fork's auto-asymmetric rewrite, when modelled)
+    v: str
+    v_layers: frozenset[str]  # V types over the attention layers (Boundary V adds q8_0)
+    flash_attn: bool
+    auto_asymmetric: bool  # the fork would rewrite K to q8_0 (modelled or not: see notes)
+    notes: tuple[str, ...] = ()
+
+
+def plan_cache_types(
+    cfg: ServerConfig, geo: Geometry, ctx: ContextPlan, *, auto_asymmetric: bool
+) -> CacheTypes:
+    """``-ctk``/``-ctv``/``-fa`` and the fork's rules on them (auto-asymmetric K, Boundary V)."""
     type_k = (cfg.value("--cache-type-k") or "f16").lower()
     type_v = (cfg.value("--cache-type-v") or "f16").lower()
     _kv_type(type_k)
     _kv_type(type_v)
-    fa_flag = (cfg.value("--flash-attn") or "auto").lower()
-    turbo = type_k in TURBO_KV_TYPES or type_v in TURBO_KV_TYPES
-    if fa_flag in ("off", "0", "false", "disabled"):
-        flash_attn = False
-        if turbo:
-            flash_attn = True
-            notes.append("turbo cache types switch flash attention on (-fa off is overridden)")
-        elif type_v not in UNQUANTIZED_KV_TYPES:
-            notes.append(f"-fa off with a quantized V cache ({type_v}) is refused by llama.cpp")
-    else:
-        flash_attn = True  # auto: on for CUDA builds that support the head size
+    flash_attn, notes = _flash_attn(cfg, type_k, type_v)
     if type_v in ("tq5_0", "tq6_0"):
         notes.append(f"{type_v} is a K-only TurboQuant type; the fork rejects it for V")
-    auto_asym = (
+    rewrites = (
         type_k == type_v
         and type_k in TURBO_AUTO_ASYMMETRIC_TYPES
         and geo.turbo_gqa_ratio >= TURBO_AUTO_ASYMMETRIC_RATIO
         and geo.n_attention_layers > 0
     )
-    eff_k = type_k
-    if auto_asym:
-        if auto_asymmetric:
-            eff_k = "q8_0"
-            notes.append(
-                f"symmetric {type_k} K with head ratio {geo.turbo_gqa_ratio} >= 6: the "
-                "fork's 2026-05 build rewrites K to q8_0 (TURBO_AUTO_ASYMMETRIC); "
-                "modelled as q8_0"
-            )
-        else:
-            alt = (
-                _kv_total(
-                    geo,
-                    "q8_0",
-                    "k",
-                    n_ctx_seq=n_ctx_seq,
-                    n_stream=n_stream,
-                    n_parallel=n_parallel,
-                    unified=kv_unified,
-                    n_ubatch=n_ubatch,
-                    swa_full=cfg.has("--swa-full"),
-                )
-                / MIB
-            )
-            notes.append(
-                f"symmetric {type_k} K with head ratio {geo.turbo_gqa_ratio} >= 6: the "
-                "fork's 2026-05 build silently uses q8_0 K instead "
-                f"(K {alt:.2f} MiB; TURBO_AUTO_ASYMMETRIC=0 keeps {type_k}); "
-                "planned as the seed's older build"
-            )
-    for t, which, hd in ((eff_k, "K", geo.head_k), (type_v, "V", geo.head_v)):
+    eff_k = "q8_0" if rewrites and auto_asymmetric else type_k
+    if rewrites:
+        notes.append(_auto_asymmetric_note(cfg, geo, ctx, type_k, modelled=auto_asymmetric))
+    notes += _head_dim_notes(geo, eff_k, type_v)
+    v_layers = frozenset(
+        layer_cache_type_v(type_v, il, geo.n_layer)
+        for il in range(geo.n_layer)
+        if geo.attention[il]
+    )
+    if len(v_layers) > 1:
+        notes.append(_boundary_v_note(geo, type_v))
+    return CacheTypes(eff_k, type_v, v_layers, flash_attn, rewrites, tuple(notes))
+
+
+def _flash_attn(cfg: ServerConfig, type_k: str, type_v: str) -> tuple[bool, list[str]]:
+    """Whether flash attention runs (auto: on for CUDA builds that support the head size)."""
+    fa_flag = (cfg.value("--flash-attn") or "auto").lower()
+    if fa_flag not in ("off", "0", "false", "disabled"):
+        return True, []
+    if type_k in TURBO_KV_TYPES or type_v in TURBO_KV_TYPES:
+        return True, ["turbo cache types switch flash attention on (-fa off is overridden)"]
+    if type_v not in UNQUANTIZED_KV_TYPES:
+        return False, [f"-fa off with a quantized V cache ({type_v}) is refused by llama.cpp"]
+    return False, []
+
+
+def _auto_asymmetric_note(
+    cfg: ServerConfig, geo: Geometry, ctx: ContextPlan, type_k: str, *, modelled: bool
+) -> str:
+    head = f"symmetric {type_k} K with head ratio {geo.turbo_gqa_ratio} >= 6: the fork's 2026-05 "
+    if modelled:
+        return head + "build rewrites K to q8_0 (TURBO_AUTO_ASYMMETRIC); modelled as q8_0"
+    n_stream = ctx.layout.n_stream
+    alt = kv_cache_bytes(
+        geo,
+        "q8_0",
+        "q8_0",
+        cells=ctx.layout.n_ctx_seq * n_stream,
+        swa_cells=swa_cells(geo, ctx, cfg.has("--swa-full")) * n_stream,
+    ).k
+    return head + (
+        f"build silently uses q8_0 K instead (K {alt / MIB:.2f} MiB; TURBO_AUTO_ASYMMETRIC=0 "
+        f"keeps {type_k}); planned as the seed's older build"
+    )
+
+
+def _head_dim_notes(geo: Geometry, type_k: str, type_v: str) -> list[str]:
+    notes = []
+    for t, which, hd in ((type_k, "K", geo.head_k), (type_v, "V", geo.head_v)):
         blk = _kv_type(t)[0]
         if t in TURBO_KV_TYPES and hd % TURBO_BLOCK:
             notes.append(
@@ -692,136 +770,190 @@ def estimate(
                 f"{which} head_dim {hd} is not a multiple of {blk}: llama.cpp cannot "
                 f"use {t} for this model"
             )
+    return notes
 
-    v_types = {
-        layer_cache_type_v(type_v, il, geo.n_layer)
+
+def _boundary_v_note(geo: Geometry, type_v: str) -> str:
+    n_boundary = sum(
+        1
         for il in range(geo.n_layer)
-        if geo.attention[il]
-    }
-    if len(v_types) > 1:
-        n_boundary = sum(
-            1
-            for il in range(geo.n_layer)
-            if geo.attention[il] and layer_cache_type_v(type_v, il, geo.n_layer) != type_v
-        )
-        notes.append(
-            f"{type_v} V on a model with {geo.n_layer} >= {TURBO_BOUNDARY_V_MIN_LAYERS} layers: "
-            f"the fork keeps V of the first/last {TURBO_BOUNDARY_V_LAYERS} layers in "
-            f"{TURBO_BOUNDARY_V_TYPE} (Boundary V; {n_boundary} of "
-            f"{geo.n_attention_layers} attention layers here; TURBO_LAYER_ADAPTIVE=0 turns it off)"
-        )
-
-    # --- weights
-    off = offload_from_config(cfg)
-    w = weights or weights_split(model, geo, off)
-    i_gpu_start = max(geo.n_layer - w.n_gpu_layers, 0)
-    kv_offload = cfg.bool_value("--kv-offload") is not False
-    swa_full = cfg.has("--swa-full")
-
-    # --- K/V per layer, recurrent state per layer (each on its layer's device)
-    k_bytes = v_bytes = kv_host = 0
-    rs_bytes = rs_host = 0
-    swa_cells = _swa_cells(
-        geo,
-        n_ctx_seq,
-        n_parallel=n_parallel,
-        unified=kv_unified,
-        n_ubatch=n_ubatch,
-        swa_full=swa_full,
+        if geo.attention[il] and layer_cache_type_v(type_v, il, geo.n_layer) != type_v
     )
-    for il in range(geo.n_layer):
-        on_gpu = il >= i_gpu_start
-        if geo.attention[il]:
-            cells = (swa_cells if geo.swa[il] else n_ctx_seq) * n_stream
-            kb = kv_row_bytes(eff_k, geo.n_head_kv[il], geo.head_k) * cells
-            vt = layer_cache_type_v(type_v, il, geo.n_layer)
-            vb = kv_row_bytes(vt, geo.n_head_kv[il], geo.head_v) * cells
-            k_bytes += kb
-            v_bytes += vb
-            if not (on_gpu and kv_offload):
-                kv_host += kb + vb
-        if geo.recurrent[il]:
-            rb = geo.rs_bytes_per_layer * max(1, n_parallel)
-            rs_bytes += rb
-            if not on_gpu:
-                rs_host += rb
-    if geo.n_swa_layers and swa_full:
-        notes.append("--swa-full: SWA layers hold the full context")
+    return (
+        f"{type_v} V on a model with {geo.n_layer} >= {TURBO_BOUNDARY_V_MIN_LAYERS} layers: "
+        f"the fork keeps V of the first/last {TURBO_BOUNDARY_V_LAYERS} layers in "
+        f"{TURBO_BOUNDARY_V_TYPE} (Boundary V; {n_boundary} of "
+        f"{geo.n_attention_layers} attention layers here; TURBO_LAYER_ADAPTIVE=0 turns it off)"
+    )
 
-    # --- context checkpoints (host RAM; each a snapshot of one sequence's recurrent state and
-    # SWA window, taken while a prompt is processed; at most N per slot)
-    n_ckpt = cfg.int_value("--ctx-checkpoints")
-    n_ckpt = DEFAULT_CTX_CHECKPOINTS if n_ckpt is None else max(n_ckpt, 0)
-    swa_seq_bytes = 0
+
+@dataclass
+class StateBytes:
+    """Recurrent state (one per slot) and the part of it kept on the host."""
+
+    total: int
+    host: int
+
+
+def recurrent_state_bytes(geo: Geometry, n_parallel: int, first_gpu_layer: int) -> StateBytes:
+    """Recurrent state of all slots, on the device of its layer."""
+    per_layer = geo.rs_bytes_per_layer * max(1, n_parallel)
+    on_host = sum(geo.recurrent[:first_gpu_layer])
+    return StateBytes(per_layer * geo.n_recurrent_layers, per_layer * on_host)
+
+
+@dataclass
+class Checkpoints:
+    """Context checkpoints (host RAM): each a snapshot of one sequence's recurrent state and
+    SWA window, taken while a prompt is processed; at most ``count`` per slot."""
+
+    count: int
+    each: int  # bytes
+    total: int  # bytes, worst case
+
+
+def plan_checkpoints(
+    cfg: ServerConfig, geo: Geometry, ctx: ContextPlan, types: CacheTypes, swa_full: bool
+) -> Checkpoints:
+    n = cfg.int_value("--ctx-checkpoints")
+    n = DEFAULT_CTX_CHECKPOINTS if n is None else max(n, 0)
+    swa_seq = 0
     if geo.n_swa_layers and not swa_full:
-        per_seq = min(n_ctx_seq, geo.n_swa + n_ubatch)
-        for il in range(geo.n_layer):
-            if geo.attention[il] and geo.swa[il]:
-                swa_seq_bytes += per_seq * (
-                    kv_row_bytes(eff_k, geo.n_head_kv[il], geo.head_k)
-                    + kv_row_bytes(
-                        layer_cache_type_v(type_v, il, geo.n_layer),
-                        geo.n_head_kv[il],
-                        geo.head_v,
-                    )
-                )
-    ckpt_each = geo.recurrent_bytes_per_seq + swa_seq_bytes
-    checkpoints = ckpt_each * n_ckpt * n_parallel
+        window = min(ctx.layout.n_ctx_seq, geo.n_swa + ctx.n_ubatch)
+        kv = kv_cache_bytes(geo, types.k, types.v, cells=0, swa_cells=window)
+        swa_seq = kv.k + kv.v
+    each = geo.recurrent_bytes_per_seq + swa_seq
+    return Checkpoints(n, each, each * n * ctx.layout.n_parallel)
 
-    # --- multimodal projector
-    mmproj_bytes = 0
+
+def plan_mmproj(cfg: ServerConfig, mmproj_bytes: int | None) -> tuple[int, tuple[str, ...]]:
+    """GPU bytes of the multimodal projector (its file size, given by the caller) and notes."""
     mmproj = cfg.value("--mmproj")
-    if mmproj:
-        if cfg.bool_value("--mmproj-offload") is False:
-            notes.append("--no-mmproj-offload: the projector stays on the host")
-        elif (size := (referenced or AS_NAMED).size(mmproj)) is not None:
-            mmproj_bytes = size
-        else:
-            notes.append(f"--mmproj {mmproj}: file not readable here; its size is not counted")
+    if not mmproj:
+        return 0, ()
+    if cfg.bool_value("--mmproj-offload") is False:
+        return 0, ("--no-mmproj-offload: the projector stays on the host",)
+    if mmproj_bytes is None:
+        return 0, (f"--mmproj {mmproj}: file not readable here; its size is not counted",)
+    return mmproj_bytes, ()
 
-    # --- compute (estimate)
-    any_gpu = w.n_gpu_layers > 0
-    logits = n_ubatch * geo.n_vocab * 4 if w.n_gpu_layers > geo.n_layer else 0
-    mask_cells = n_ctx_seq if not kv_unified else n_ctx
-    mask_elt = 2 if flash_attn else 4
+
+@dataclass
+class Compute:
+    """The compute buffers (an estimate) and the CUDA context, in bytes."""
+
+    logits: int = 0
+    mask: int = 0
+    kq: int = 0
+    activations: int = 0
+    fa_staging: int = 0
+    cuda_overhead: float = 0
+    notes: tuple[str, ...] = ()
+
+    @property
+    def total(self) -> float:
+        return (
+            self.logits
+            + self.mask
+            + self.kq
+            + self.activations
+            + self.fa_staging
+            + self.cuda_overhead
+        )
+
+
+def plan_compute(
+    geo: Geometry, ctx: ContextPlan, types: CacheTypes, swa: int, n_gpu_layers: int
+) -> Compute:
+    """Logits, attention mask, KQ (without flash attention), activations and the f16 staging of
+    a quantized K/V, for one ubatch; nothing but the note when no layer is on the GPU.
+    ``swa``: the cells per stream of an SWA layer."""
+    n_ubatch = ctx.n_ubatch
+    # the mask spans one slot's cells (with a unified KV cache that is all of them)
+    cells = ctx.layout.n_ctx_seq
+    mask_elt = 2 if types.flash_attn else 4
     mask = 0
     if geo.n_attention_layers > geo.n_swa_layers:
-        mask += mask_cells * pad(n_ubatch, 64) * mask_elt
+        mask += cells * pad(n_ubatch, 64) * mask_elt
     if geo.n_swa_layers:
-        mask += swa_cells * pad(n_ubatch, 64) * mask_elt
+        mask += swa * pad(n_ubatch, 64) * mask_elt
     kq = 0
-    if not flash_attn and geo.n_attention_layers:
-        kq = mask_cells * n_ubatch * max(geo.n_head) * 4
-        notes.append(f"flash attention off: the KQ matrix takes {kq / MIB:.0f} MiB per layer pass")
+    notes: tuple[str, ...] = ()
+    if not types.flash_attn and geo.n_attention_layers:
+        kq = cells * n_ubatch * max(geo.n_head) * 4
+        notes = (f"flash attention off: the KQ matrix takes {kq / MIB:.0f} MiB per layer pass",)
+    if n_gpu_layers <= 0:
+        return Compute(notes=notes)
     q_width = max(geo.n_head) * geo.head_k * 2
-    acts = (
-        n_ubatch
-        * 4
-        * (
-            4 * geo.n_embd
-            + 2 * q_width
-            + 3 * geo.ffn_per_token
-            + (3 * geo.ssm_width if geo.n_recurrent_layers else 0)
-        )
-    )
+    rs_width = 3 * geo.ssm_width if geo.n_recurrent_layers else 0
+    acts = n_ubatch * 4 * (4 * geo.n_embd + 2 * q_width + 3 * geo.ffn_per_token + rs_width)
     staging = 0
-    if flash_attn and geo.n_attention_layers:
+    if types.flash_attn and geo.n_attention_layers:
         # upstream CUDA flash attention converts a quantized K/V (one layer's view) to f16 in
         # its pool for prompt batches; the fork's turbo kernels read their blocks directly
-        for types, hd in (({eff_k}, geo.head_k), (v_types, geo.head_v)):
-            if any(t not in UNQUANTIZED_KV_TYPES and t not in TURBO_KV_TYPES for t in types):
-                staging += mask_cells * max(geo.n_head_kv) * hd * 2
-    overhead = CUDA_OVERHEAD_MIB * MIB if any_gpu else 0
-    if not any_gpu:
-        logits = mask = kq = acts = staging = 0
-    compute = logits + mask + kq + acts + staging + overhead
-
-    total_gpu = (
-        w.gpu_bytes + (k_bytes + v_bytes - kv_host) + (rs_bytes - rs_host) + mmproj_bytes + compute
+        for kinds, hd in (({types.k}, geo.head_k), (types.v_layers, geo.head_v)):
+            if any(t not in UNQUANTIZED_KV_TYPES and t not in TURBO_KV_TYPES for t in kinds):
+                staging += cells * max(geo.n_head_kv) * hd * 2
+    return Compute(
+        logits=n_ubatch * geo.n_vocab * 4 if n_gpu_layers > geo.n_layer else 0,
+        mask=mask,
+        kq=kq,
+        activations=acts,
+        fa_staging=staging,
+        cuda_overhead=CUDA_OVERHEAD_MIB * MIB,
+        notes=notes,
     )
+
+
+# ----------------------------------------------------------------------------- the estimate
+
+
+def estimate(
+    model: ModelFacts,
+    cfg: ServerConfig,
+    *,
+    auto_asymmetric: bool = False,
+    geo: Geometry | None = None,
+    weights: Weights | None = None,
+    mmproj_bytes: int | None = None,
+) -> Plan:
+    """Memory needed by llama-server for ``model`` started with the flags in ``cfg``.
+
+    ``auto_asymmetric``: model the TurboQuant fork's 2026-05 behaviour that rewrites a symmetric
+    turbo K to q8_0 when the query/KV head ratio is >= 6 (``TURBO_AUTO_ASYMMETRIC``). Off by
+    default: the seed guide's build honoured turbo K. Either way the plan carries a note.
+    ``geo``/``weights`` let callers (``suggest``) reuse work that does not depend on ``cfg``.
+    ``mmproj_bytes``: the size of the ``--mmproj`` file, looked up by the caller
+    (:func:`llamafleet.gguf_meta.mmproj_bytes`); None: not known, not counted (a note says so).
+    """
+    geo = geo or geometry(model)
+    ctx = plan_context(cfg, geo)
+    types = plan_cache_types(cfg, geo, ctx, auto_asymmetric=auto_asymmetric)
+    off = offload_from_config(cfg)
+    w = weights or weights_split(model, geo, off)
+    first_gpu_layer = max(geo.n_layer - w.n_gpu_layers, 0)
+    swa_full = cfg.has("--swa-full")
+    swa = swa_cells(geo, ctx, swa_full)
+    n_stream = ctx.layout.n_stream
+    kv_offload = cfg.bool_value("--kv-offload") is not False
+    kv = kv_cache_bytes(
+        geo,
+        types.k,
+        types.v,
+        cells=ctx.layout.n_ctx_seq * n_stream,
+        swa_cells=swa * n_stream,
+        first_gpu_layer=first_gpu_layer if kv_offload else geo.n_layer,
+    )
+    rs = recurrent_state_bytes(geo, ctx.layout.n_parallel, first_gpu_layer)
+    ckpt = plan_checkpoints(cfg, geo, ctx, types, swa_full)
+    mmproj, mmproj_notes = plan_mmproj(cfg, mmproj_bytes)
+    compute = plan_compute(geo, ctx, types, swa, w.n_gpu_layers)
     cache_ram = cfg.int_value("--cache-ram")
     cache_ram = DEFAULT_CACHE_RAM_MIB if cache_ram is None else cache_ram
-    total_host = w.host_bytes + kv_host + rs_host + checkpoints + max(cache_ram, 0) * MIB
+    notes = [*geo.notes, *ctx.notes, *types.notes]
+    if geo.n_swa_layers and swa_full:
+        notes.append("--swa-full: SWA layers hold the full context")
+    notes += [*mmproj_notes, *compute.notes]
     if cache_ram < 0:
         notes.append(
             "--cache-ram -1: no limit upstream (half of free RAM in the fork); not "
@@ -829,83 +961,52 @@ def estimate(
         )
     if off.n_gpu_layers is None and not (off.cpu_moe or off.n_cpu_moe or off.host_patterns):
         notes.append("-ngl not set: planned with every layer on the GPU (--fit may move some)")
-
+    total_gpu = (
+        w.gpu_bytes + (kv.k + kv.v - kv.host) + (rs.total - rs.host) + mmproj + compute.total
+    )
+    total_host = w.host_bytes + kv.host + rs.host + ckpt.total + max(cache_ram, 0) * MIB
     return Plan(
         model=model.name,
         arch=geo.arch,
-        n_ctx=n_ctx,
-        n_ctx_seq=n_ctx_seq,
-        n_parallel=n_parallel,
-        kv_unified=kv_unified,
-        cache_type_k=eff_k,
-        cache_type_v=type_v,
-        flash_attn=flash_attn,
+        n_ctx=ctx.layout.n_ctx,
+        n_ctx_seq=ctx.layout.n_ctx_seq,
+        n_parallel=ctx.layout.n_parallel,
+        kv_unified=ctx.layout.unified,
+        cache_type_k=types.k,
+        cache_type_v=types.v,
+        flash_attn=types.flash_attn,
         n_gpu_layers=w.n_gpu_layers,
         n_cpu_moe=off.n_cpu_moe,
         cpu_moe=off.cpu_moe,
-        n_ubatch=n_ubatch,
+        n_ubatch=ctx.n_ubatch,
         weights_gpu_mib=w.gpu_bytes / MIB,
         weights_host_mib=w.host_bytes / MIB,
-        kv_k_mib=k_bytes / MIB,
-        kv_v_mib=v_bytes / MIB,
-        kv_host_mib=kv_host / MIB,
-        recurrent_mib=rs_bytes / MIB,
+        kv_k_mib=kv.k / MIB,
+        kv_v_mib=kv.v / MIB,
+        kv_host_mib=kv.host / MIB,
+        recurrent_mib=rs.total / MIB,
         recurrent_per_slot_mib=geo.recurrent_bytes_per_seq / MIB,
-        recurrent_host_mib=rs_host / MIB,
-        checkpoints_mib=checkpoints / MIB,
-        checkpoint_each_mib=ckpt_each / MIB,
-        n_checkpoints=n_ckpt,
-        mmproj_mib=mmproj_bytes / MIB,
-        compute_logits_mib=logits / MIB,
-        compute_mask_mib=mask / MIB,
-        compute_activations_mib=acts / MIB,
-        compute_kq_mib=kq / MIB,
-        compute_fa_staging_mib=staging / MIB,
-        cuda_overhead_mib=overhead / MIB,
-        compute_mib=compute / MIB,
+        recurrent_host_mib=rs.host / MIB,
+        checkpoints_mib=ckpt.total / MIB,
+        checkpoint_each_mib=ckpt.each / MIB,
+        n_checkpoints=ckpt.count,
+        mmproj_mib=mmproj / MIB,
+        compute_logits_mib=compute.logits / MIB,
+        compute_mask_mib=compute.mask / MIB,
+        compute_activations_mib=compute.activations / MIB,
+        compute_kq_mib=compute.kq / MIB,
+        compute_fa_staging_mib=compute.fa_staging / MIB,
+        cuda_overhead_mib=compute.cuda_overhead / MIB,
+        compute_mib=compute.total / MIB,
         total_gpu_mib=total_gpu / MIB,
         cache_ram_mib=float(cache_ram),
         total_host_mib=total_host / MIB,
         n_attention_layers=geo.n_attention_layers,
         n_swa_layers=geo.n_swa_layers,
         n_recurrent_layers=geo.n_recurrent_layers,
-        turbo_auto_asymmetric=auto_asym,
+        turbo_auto_asymmetric=types.auto_asymmetric,
         notes=notes,
     )
-
-
-def _swa_cells(
-    geo: Geometry, n_ctx_seq: int, *, n_parallel: int, unified: bool, n_ubatch: int, swa_full: bool
-) -> int:
-    """KV cells per stream of an SWA layer (llama-kv-cache-iswa.cpp)."""
-    if not geo.n_swa or swa_full:
-        return n_ctx_seq
-    return min(n_ctx_seq, pad(geo.n_swa * (n_parallel if unified else 1) + n_ubatch, CTX_PAD))
-
-
-def _kv_total(
-    geo: Geometry,
-    cache_type: str,
-    which: str,
-    *,
-    n_ctx_seq: int,
-    n_stream: int,
-    n_parallel: int,
-    unified: bool,
-    n_ubatch: int,
-    swa_full: bool,
-) -> int:
-    swa_cells = _swa_cells(
-        geo, n_ctx_seq, n_parallel=n_parallel, unified=unified, n_ubatch=n_ubatch, swa_full=swa_full
-    )
-    hd = geo.head_k if which == "k" else geo.head_v
-    total = 0
-    for il in range(geo.n_layer):
-        if geo.attention[il]:
-            cells = (swa_cells if geo.swa[il] else n_ctx_seq) * n_stream
-            t = cache_type if which == "k" else layer_cache_type_v(cache_type, il, geo.n_layer)
-            total += kv_row_bytes(t, geo.n_head_kv[il], hd) * cells
-    return total
 
 
 def estimate_argv(model: ModelFacts, argv: Sequence[str], **kw: Any) -> Plan:
@@ -1007,6 +1108,90 @@ def _offload_ladder(geo: Geometry, model: ModelFacts) -> list[Offload]:
     return ladder
 
 
+#: One configuration tried by :func:`suggest`: (K type, V type, -np).
+_Choice = tuple[str, str, int]
+
+
+@dataclass
+class _Search:
+    """What one :func:`suggest` call searches over."""
+
+    model: ModelFacts
+    geo: Geometry
+    vram_mib: float
+    margin_mib: float
+    choices: tuple[tuple[str, str], ...]  # (K, V) pairs, best first
+    slot_choices: tuple[int, ...]
+    grid: tuple[int, ...]  # contexts tried, ascending
+    extra_args: tuple[str, ...]
+    mmproj_bytes: int | None
+
+    @property
+    def budget(self) -> float:
+        return self.vram_mib - self.margin_mib
+
+    def config(self, ctx: int, choice: _Choice, off: Offload) -> ServerConfig:
+        k, v, np_ = choice
+        argv = ["-c", str(ctx), "-ctk", k, "-ctv", v, "-np", str(np_)]
+        argv += ["-ngl", "99" if off.n_gpu_layers is None else str(off.n_gpu_layers)]
+        if off.cpu_moe:
+            argv.append("--cpu-moe")
+        elif off.n_cpu_moe:
+            argv += ["--n-cpu-moe", str(off.n_cpu_moe)]
+        return parse_argv_list([*argv, *self.extra_args])
+
+    def plan(self, ctx: int, choice: _Choice, off: Offload, w: Weights) -> Plan:
+        cfg = self.config(ctx, choice, off)
+        return estimate(self.model, cfg, geo=self.geo, weights=w, mmproj_bytes=self.mmproj_bytes)
+
+    def largest_ctx(self, choice: _Choice, off: Offload, w: Weights) -> int | None:
+        """The largest context of the grid that fits (binary search), or None."""
+
+        def ok(i: int) -> bool:
+            return self.plan(self.grid[i], choice, off, w).total_gpu_mib <= self.budget
+
+        if not ok(0):
+            return None
+        lo, hi = 0, len(self.grid) - 1  # ok(lo) holds; find the last index that fits
+        if ok(hi):
+            lo = hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if ok(mid):
+                lo = mid
+            else:
+                hi = mid
+        return self.grid[lo]
+
+    def best_for(self, off: Offload, w: Weights) -> list[Suggestion]:
+        """For one offload setting: the best fit of each KV pair, best first."""
+        found: list[Suggestion] = []
+        for k, v in self.choices:
+            for np_ in self.slot_choices:
+                ctx = self.largest_ctx((k, v, np_), off, w)
+                if ctx is None:
+                    continue
+                plan = self.plan(ctx, (k, v, np_), off, w)
+                plan = with_vram(plan, self.vram_mib, self.margin_mib)
+                found.append(
+                    Suggestion(ctx, k, v, off.n_gpu_layers, off.n_cpu_moe, off.cpu_moe, np_, plan)
+                )
+        # largest context first, then the better KV pair, then more slots (list orders)
+        kv_rank = {kv: i for i, kv in enumerate(self.choices)}
+        np_rank = {n: i for i, n in enumerate(self.slot_choices)}
+        found.sort(
+            key=lambda s: (-s.ctx, kv_rank[(s.cache_type_k, s.cache_type_v)], np_rank[s.n_parallel])
+        )
+        # one entry per KV pair: its best slot choice
+        seen: set[tuple[str, str]] = set()
+        unique: list[Suggestion] = []
+        for sg in found:
+            if (sg.cache_type_k, sg.cache_type_v) not in seen:
+                seen.add((sg.cache_type_k, sg.cache_type_v))
+                unique.append(sg)
+        return unique
+
+
 def suggest(
     model: ModelFacts,
     vram_mib: float,
@@ -1020,6 +1205,7 @@ def suggest(
     extra_args: Sequence[str] = (),
     ctx_step: int = CTX_STEP,
     geo: Geometry | None = None,
+    mmproj_bytes: int | None = None,
 ) -> list[Suggestion]:
     """Propose configurations that fit ``vram_mib`` with ``margin_mib`` free, best first.
 
@@ -1030,89 +1216,32 @@ def suggest(
     ``min_ctx``; otherwise experts move to the host one layer at a time (MoE models:
     ``--n-cpu-moe``), or layers do (dense models: ``-ngl``), until ``want_ctx`` fits.
     ``turbo``: the build has the TurboQuant types. The list holds the winner first, then the
-    best fit for each other KV pair.
+    best fit for each other KV pair. ``mmproj_bytes``: as for :func:`estimate`.
     """
     geo = geo or geometry(model)
     want = want_ctx or min(geo.n_ctx_train or DEFAULT_WANT_CTX, DEFAULT_WANT_CTX)
     choices = list(KV_CHOICES_TURBO if turbo else KV_CHOICES_UPSTREAM)
     if turbo and allow_turbo_k:
         choices += [("turbo4", "turbo4"), ("turbo3", "turbo3"), ("turbo2", "turbo2")]
-    budget = vram_mib - margin_mib
-
-    def cfg_for(ctx: int, k: str, v: str, np_: int, off: Offload) -> ServerConfig:
-        argv = [
-            "-c",
-            str(ctx),
-            "-ctk",
-            k,
-            "-ctv",
-            v,
-            "-np",
-            str(np_),
-            "-ngl",
-            "99" if off.n_gpu_layers is None else str(off.n_gpu_layers),
-        ]
-        if off.cpu_moe:
-            argv.append("--cpu-moe")
-        elif off.n_cpu_moe:
-            argv += ["--n-cpu-moe", str(off.n_cpu_moe)]
-        return parse_argv_list([*argv, *extra_args])
-
-    grid = sorted({*range(ctx_step, want, ctx_step), want})
-
-    def best_for(off: Offload, w: Weights) -> list[Suggestion]:
-        found: list[Suggestion] = []
-        for k, v in choices:
-            for np_ in slot_choices:
-
-                def ok(i: int, k: str = k, v: str = v, np_: int = np_) -> bool:
-                    p = estimate(model, cfg_for(grid[i], k, v, np_, off), geo=geo, weights=w)
-                    return p.total_gpu_mib <= budget
-
-                if not ok(0):
-                    continue
-                lo, hi = 0, len(grid) - 1  # ok(lo) holds; find the last index that fits
-                if ok(hi):
-                    lo = hi
-                while hi - lo > 1:
-                    mid = (lo + hi) // 2
-                    if ok(mid):
-                        lo = mid
-                    else:
-                        hi = mid
-                ctx = grid[lo]
-                plan = with_vram(
-                    estimate(model, cfg_for(ctx, k, v, np_, off), geo=geo, weights=w),
-                    vram_mib,
-                    margin_mib,
-                )
-                found.append(
-                    Suggestion(ctx, k, v, off.n_gpu_layers, off.n_cpu_moe, off.cpu_moe, np_, plan)
-                )
-        # largest context first, then the better KV pair, then more slots (list orders)
-        kv_rank = {kv: i for i, kv in enumerate(choices)}
-        np_rank = {n: i for i, n in enumerate(slot_choices)}
-        found.sort(
-            key=lambda s: (-s.ctx, kv_rank[(s.cache_type_k, s.cache_type_v)], np_rank[s.n_parallel])
-        )
-        # one entry per KV pair: its best slot choice
-        seen: set[tuple[str, str]] = set()
-        unique: list[Suggestion] = []
-        for sg in found:
-            if (sg.cache_type_k, sg.cache_type_v) not in seen:
-                seen.add((sg.cache_type_k, sg.cache_type_v))
-                unique.append(sg)
-        return unique
-
-    ladder = _offload_ladder(geo, model)
+    search = _Search(
+        model=model,
+        geo=geo,
+        vram_mib=vram_mib,
+        margin_mib=margin_mib,
+        choices=tuple(choices),
+        slot_choices=tuple(slot_choices),
+        grid=tuple(sorted({*range(ctx_step, want, ctx_step), want})),
+        extra_args=tuple(extra_args),
+        mmproj_bytes=mmproj_bytes,
+    )
     target = min(want, max(min_ctx, 0))
     chosen: list[Suggestion] = []
     fallback: list[Suggestion] = []
-    for i, off in enumerate(ladder):
+    for i, off in enumerate(_offload_ladder(geo, model)):
         w = weights_split(model, geo, off)
-        if w.gpu_bytes / MIB > budget:
+        if w.gpu_bytes / MIB > search.budget:
             continue
-        found = best_for(off, w)
+        found = search.best_for(off, w)
         if not found:
             continue
         if not fallback:

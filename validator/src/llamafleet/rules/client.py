@@ -9,8 +9,9 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from llamafleet.rules import Context, Hit, rule
-from llamafleet.rules.server import is_loopback, slots
+from llamafleet.rules.server import is_loopback
 from llamafleet.settings import TOKEN_KEYS, Client, SettingsFile, truthy
+from llamafleet.slots import slots
 
 #: Keys that only work inside "env" (prefixes).
 ENV_ONLY_PREFIXES = ("ANTHROPIC_", "CLAUDE_CODE_")

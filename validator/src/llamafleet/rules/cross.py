@@ -8,15 +8,14 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from llamafleet import planner
 from llamafleet.argv import ServerConfig, parse_argv_list
-from llamafleet.facts import Facts
 from llamafleet.gguf_meta import ModelFacts
 from llamafleet.refs import NEVER, ReferencedFiles
 from llamafleet.rules import Context, Hit, rule
 from llamafleet.rules.client import _where
-from llamafleet.rules.server import context_size, is_loopback, slots
+from llamafleet.rules.server import is_loopback
 from llamafleet.settings import Client, truthy
+from llamafleet.slots import SlotContext, request_context
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -208,40 +207,11 @@ DEFAULT_OUTPUT_RESERVE = 32_000
 WINDOW_VAR = "CLAUDE_CODE_AUTO_COMPACT_WINDOW"
 
 
-@dataclass
-class SlotContext:
-    """The context one request may use on a server: llama.cpp's ``n_ctx_seq``."""
-
-    tokens: int
-    detail: str  # how it follows from the flags, for messages
-
-
 def slot_context(cfg: ServerConfig, model: ModelFacts | None = None) -> SlotContext | None:
-    """Tokens one request (one slot) may use, as the planner counts a slot's cells
-    (``planner.estimate``'s ``n_ctx_seq``: ``-c`` padded to 256; with a unified KV cache, the
-    default for an auto ``-np``, every slot may use all of it, else each gets ``n_ctx / -np``
-    padded to 256), capped at the model's training context when its metadata is known (upstream
-    llama-server caps a slot there; the TurboQuant fork keeps the larger slot and relies on rope
-    scaling). ``-c 0`` or no ``-c`` is the training context (None when it is not known)."""
-    facts = Facts(model=model)
-    total, how = context_size(cfg, facts)
-    if total is None or total <= 0:
-        return None
-    n, unified, _ = slots(cfg)
-    n_ctx = planner.pad(total, planner.CTX_PAD)
-    if unified or n <= 1:
-        per = n_ctx
-        detail = how if n <= 1 else f"{how}, {n} slots sharing a unified KV cache"
-    else:
-        per = planner.pad(n_ctx // n, planner.CTX_PAD)
-        detail = f"{how} split over {n} slots without a unified KV cache"
-    if cfg.int_value("--ctx-size") is None:
-        detail += "; --fit may shrink it"
-    n_train = model.context_length if model is not None else None
-    if n_train and per > n_train:
-        per = n_train
-        detail += f", capped at the model's training context {n_train}"
-    return SlotContext(per, detail)
+    """Tokens one request (one slot) may use: :func:`llamafleet.slots.request_context` (the
+    planner's ``n_ctx_seq``) with the model's training context as the cap when its metadata is
+    known. ``-c 0`` or no ``-c`` is the training context (None when it is not known)."""
+    return request_context(cfg, model.context_length if model is not None else None)
 
 
 def _model_facts(model: Mapping[str, Any] | ModelFacts | None) -> ModelFacts | None:

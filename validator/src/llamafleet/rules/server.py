@@ -9,53 +9,20 @@ from llamafleet.argv import Option, ServerConfig, validate_value
 from llamafleet.chat_template import Classification, TemplateSource, classify, template_of
 from llamafleet.facts import Facts
 from llamafleet.flags import TURBO_CACHE_TYPES, UNQUANTIZED_CACHE_TYPES, table
+from llamafleet.gguf_meta import mmproj_bytes
 from llamafleet.rules import Context, Hit, rule
+from llamafleet.slots import context_size as _context_size
+from llamafleet.slots import request_context, slot_layout, slots
 
 #: Per-request context Claude Code needs (system prompt + tools are ~20K tokens alone).
 CLAUDE_CODE_MIN_CTX = 32768
 #: First build where --mmproj keeps context checkpoints and the RAM prompt cache.
 MMPROJ_SAFE_BUILD = 8153
-AUTO_SLOTS = 4
-
-
-def slots(cfg: ServerConfig) -> tuple[int, bool, bool]:
-    """(number of slots, KV unified?, -np given explicitly?) as llama-server resolves them."""
-    n = cfg.int_value("--parallel")
-    explicit = n is not None and n > 0
-    slots_n = n if explicit and n is not None else AUTO_SLOTS
-    unified = cfg.bool_value("--kv-unified")
-    if unified is None:
-        unified = not explicit  # on by default only when -np is auto
-    return slots_n, unified, explicit
-
-
-def pad256(n: int) -> int:
-    return (n + 255) // 256 * 256
 
 
 def context_size(cfg: ServerConfig, facts: Facts) -> tuple[int | None, str]:
     """Configured context (0/absent = the model's training context) and how it was found."""
-    c = cfg.int_value("--ctx-size")
-    if c is not None and c > 0:
-        return c, f"-c {c}"
-    n_train = facts.model.context_length if facts.model else None
-    if n_train:
-        return n_train, f"the model's training context {n_train}"
-    return None, ""
-
-
-def per_request_context(cfg: ServerConfig, facts: Facts) -> tuple[int | None, str]:
-    total, how = context_size(cfg, facts)
-    if total is None:
-        return None, ""
-    n, unified, _ = slots(cfg)
-    per = total if unified or n <= 1 else pad256(total) // n
-    detail = how if unified or n <= 1 else f"{how} split over {n} slots without a unified KV cache"
-    n_train = facts.model.context_length if facts.model else None
-    if n_train and per > n_train:
-        per = n_train
-        detail += f", capped at the model's training context {n_train}"
-    return per, detail
+    return _context_size(cfg, facts.model.context_length if facts.model else None)
 
 
 @rule("LS001")
@@ -87,10 +54,8 @@ def parallel_splits_context(ctx: Context) -> Iterator[Hit]:
                 f" of {total} tokens" if total else ""
             )
         elif total:
-            detail = (
-                f"without --kv-unified each of the {n} slots gets {pad256(total) // n} "
-                f"tokens ({how} / {n})"
-            )
+            per = slot_layout(total, n, unified).n_ctx_seq
+            detail = f"without --kv-unified each of the {n} slots gets {per} tokens ({how} / {n})"
         else:
             detail = f"without --kv-unified each of the {n} slots gets 1/{n} of the context"
         if ctx.facts.model is not None and ctx.facts.model.is_recurrent:
@@ -120,15 +85,15 @@ def _recurrent_state_mib(ctx: Context) -> float | None:
 
 @rule("LS004")
 def request_context_too_small(ctx: Context) -> Iterator[Hit]:
+    n_train = ctx.facts.model.context_length if ctx.facts.model else None
     for cfg in ctx.all_servers:
-        per, detail = per_request_context(cfg, ctx.facts)
-        if per is None or per >= CLAUDE_CODE_MIN_CTX:
+        slot = request_context(cfg, n_train)
+        if slot is None or slot.tokens >= CLAUDE_CODE_MIN_CTX:
             continue
         opt = cfg.get("--ctx-size") or cfg.get("--parallel")
         line = opt.line if opt else cfg.line
-        yield Hit(
-            cfg.path, line, {"per_slot": per, "detail": detail, "needed": CLAUDE_CODE_MIN_CTX}
-        )
+        found = {"per_slot": slot.tokens, "detail": slot.detail, "needed": CLAUDE_CODE_MIN_CTX}
+        yield Hit(cfg.path, line, found)
 
 
 @rule("LS005")
@@ -371,7 +336,10 @@ def does_not_fit(ctx: Context) -> Iterator[Hit]:
     for cfg in ctx.all_servers:
         try:
             plan = planner.estimate(
-                model, cfg, referenced=ctx.referenced, auto_asymmetric=_rewrites_turbo_k(ctx)
+                model,
+                cfg,
+                auto_asymmetric=_rewrites_turbo_k(ctx),
+                mmproj_bytes=mmproj_bytes(cfg, ctx.referenced),
             )
         except planner.PlanError:
             continue  # invalid values are LS020's; missing metadata means no estimate
