@@ -13,6 +13,22 @@ from types import ModuleType
 import pytest
 from test_unit_template import _instance, render
 
+from conftest import load_ansible_plugin
+
+COMMON_FILTERS = (
+    Path(__file__).resolve().parents[2]
+    / "roles"
+    / "llamafleet_common"
+    / "filter_plugins"
+    / "llamafleet_common.py"
+)
+
+
+@pytest.fixture(scope="module")
+def common_filters() -> ModuleType:
+    """The llamafleet_common role's filters (IPAddressAllow= on the validator's loopback test)."""
+    return load_ansible_plugin(COMMON_FILTERS)
+
 
 def _lines(text: str) -> list[str]:
     return text.splitlines()
@@ -54,8 +70,10 @@ def test_gpu_unit_opens_only_the_nvidia_devices(server_filters: ModuleType) -> N
         assert absent not in lines
 
 
-def test_ip_allow_renders_one_line_each(server_filters: ModuleType) -> None:
-    nets = server_filters.ip_allow(["10.0.0.0/8", "fd00::/8"], "main", "10.1.2.3")
+def test_ip_allow_renders_one_line_each(
+    server_filters: ModuleType, common_filters: ModuleType
+) -> None:
+    nets = common_filters.ip_allow(["10.0.0.0/8", "fd00::/8"], "main", "10.1.2.3")
     assert nets == ["10.0.0.0/8", "fd00::/8", "10.1.2.3"]
     lines = _lines(render(server_filters, _instance(server_filters, ip_allow=nets)))
     assert [x for x in lines if x.startswith("IPAddressAllow=")] == [
@@ -67,12 +85,12 @@ def test_ip_allow_renders_one_line_each(server_filters: ModuleType) -> None:
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "localhost", "::1", "[::1]"])
-def test_loopback_needs_no_networks(server_filters: ModuleType, host: str) -> None:
-    assert server_filters.ip_allow([], "main", host) == []
+def test_loopback_needs_no_networks(common_filters: ModuleType, host: str) -> None:
+    assert common_filters.ip_allow([], "main", host) == []
 
 
-def test_any_keeps_every_address(server_filters: ModuleType) -> None:
-    assert server_filters.ip_allow(["any"], "main", "0.0.0.0") == ["any"]
+def test_any_keeps_every_address(common_filters: ModuleType) -> None:
+    assert common_filters.ip_allow(["any"], "main", "0.0.0.0") == ["any"]
 
 
 @pytest.mark.parametrize(
@@ -86,13 +104,13 @@ def test_any_keeps_every_address(server_filters: ModuleType) -> None:
     ],
 )
 def test_ip_allow_refused(
-    server_filters: ModuleType, nets: object, host: str, message: str
+    common_filters: ModuleType, nets: object, host: str, message: str
 ) -> None:
     pytest.importorskip("ansible")
     from ansible.errors import AnsibleFilterError
 
     with pytest.raises(AnsibleFilterError, match=message):
-        server_filters.ip_allow(nets, "main", host)
+        common_filters.ip_allow(nets, "main", host)
 
 
 def _offline_score(path: Path) -> float:

@@ -1,8 +1,8 @@
 """TLS of the llama_server role: which instances serve it (llama_server_tls auto/true/false and an
 instance's `tls`), the certificate names, the unit's credentials and --ssl-* arguments (rendered
 from the real template, parsed by the validator), the fleet playbooks' scheme, and the
-llama_server_wait module's https check against a local TLS server with a CA made by the same
-openssl commands as tasks/tls.yml."""
+llamafleet_wait module's https check (the llamafleet_common role) against a local TLS server with a
+CA made by the same openssl commands as tasks/tls.yml."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ from llamafleet.units import parse_unit
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "llama_server"
-WAIT = ROLE / "library" / "llama_server_wait.py"
+COMMON = REPO / "roles" / "llamafleet_common"
+WAIT = COMMON / "library" / "llamafleet_wait.py"
 UNITS = REPO / "playbooks" / "filter_plugins" / "llamafleet_units.py"
 TLS_DIR = "/etc/llamafleet/tls"
 
@@ -36,6 +37,12 @@ def _tls_vars(**over: Any) -> dict[str, Any]:
 
 
 # --- which instances serve TLS ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def common_filters() -> ModuleType:
+    """The llamafleet_common role's filters: TLS on/off and certificate names."""
+    return load_ansible_plugin(COMMON / "filter_plugins" / "llamafleet_common.py")
 
 
 @pytest.mark.parametrize(
@@ -59,19 +66,19 @@ def _tls_vars(**over: Any) -> dict[str, Any]:
         ("off", "10.0.0.5", False),
     ],
 )
-def test_tls_on(server_filters: ModuleType, setting: Any, host: str, want: bool) -> None:
-    assert server_filters.tls_on(setting, host) is want
+def test_tls_on(common_filters: ModuleType, setting: Any, host: str, want: bool) -> None:
+    assert common_filters.tls_on(setting, host) is want
 
 
 def test_tls_setting_must_be_auto_true_or_false(
-    server_filters: ModuleType, filter_error: type[Exception]
+    common_filters: ModuleType, filter_error: type[Exception]
 ) -> None:
     with pytest.raises(filter_error, match="auto, true or false"):
-        server_filters.tls_on("sometimes", "0.0.0.0")
+        common_filters.tls_on("sometimes", "0.0.0.0")
 
 
-def test_certificate_names(server_filters: ModuleType) -> None:
-    sans = server_filters.tls_sans(
+def test_certificate_names(common_filters: ModuleType) -> None:
+    sans = common_filters.tls_sans(
         ["0.0.0.0", "10.0.0.5", "GPU1.example.org.", "gpu1", "", None, "10.0.0.5", "[fd00::1]"],
         "main",
     )
@@ -85,24 +92,24 @@ def test_certificate_names(server_filters: ModuleType) -> None:
         "IP:fd00::1",
     ]
     # a loopback instance: the loopback names only
-    assert server_filters.tls_sans(["127.0.0.1", "localhost"], "main") == list(
-        server_filters.TLS_LOOPBACK_SANS
+    assert common_filters.tls_sans(["127.0.0.1", "localhost"], "main") == list(
+        common_filters.TLS_LOOPBACK_SANS
     )
 
 
 @pytest.mark.parametrize("bad", ["a,b", "a b", "host\nsubjectAltName=DNS:evil", "-x", "a/b"])
 def test_certificate_names_refuse_what_is_no_name(
-    server_filters: ModuleType, filter_error: type[Exception], bad: str
+    common_filters: ModuleType, filter_error: type[Exception], bad: str
 ) -> None:
     with pytest.raises(filter_error, match="neither an IP address nor a DNS name"):
-        server_filters.tls_sans([bad], "main")
+        common_filters.tls_sans([bad], "main")
 
 
 def test_certificate_names_must_be_a_list(
-    server_filters: ModuleType, filter_error: type[Exception]
+    common_filters: ModuleType, filter_error: type[Exception]
 ) -> None:
     with pytest.raises(filter_error, match="expected a list"):
-        server_filters.tls_sans("gpu1", "main")
+        common_filters.tls_sans("gpu1", "main")
 
 
 # --- the unit -----------------------------------------------------------------------------
@@ -187,11 +194,13 @@ def test_a_newline_in_a_tls_value_fails_the_render(
         (False, "10.0.0.5", False),
     ],
 )
-def test_setting_to_unit(server_filters: ModuleType, setting: Any, host: str, tls: bool) -> None:
+def test_setting_to_unit(
+    server_filters: ModuleType, common_filters: ModuleType, setting: Any, host: str, tls: bool
+) -> None:
     # as tasks/preflight.yml resolves an instance: llama_server_tls and the listen address
     text = render(
         server_filters,
-        _instance(server_filters, tls=server_filters.tls_on(setting, host)),
+        _instance(server_filters, tls=common_filters.tls_on(setting, host)),
         **_tls_vars(),
     )
     assert ("--ssl-cert-file %d/tls-cert" in text) is tls

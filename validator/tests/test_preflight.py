@@ -133,7 +133,7 @@ def test_the_action_plugin_runs_in_a_real_playbook(tmp_path):
     )
     (tmp_path / ".git").mkdir()
     env = {
-        "ANSIBLE_ACTION_PLUGINS": str(ROOT / "roles" / "llama_server" / "action_plugins"),
+        "ANSIBLE_ACTION_PLUGINS": str(ROOT / "roles" / "llamafleet_common" / "action_plugins"),
         "ANSIBLE_LOCALHOST_WARNING": "false",
         "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
         "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default",

@@ -1,5 +1,6 @@
 """Filters of the claude_code role: Claude Code's compaction window for the llama-server instance a
-user is pointed at (CLAUDE_CODE_AUTO_COMPACT_WINDOW), from that instance's per-slot context.
+user is pointed at (CLAUDE_CODE_AUTO_COMPACT_WINDOW), from that instance's per-slot context; and
+what `llamafleet_check` gets to check a settings file with the unit of its server.
 
 The arithmetic is the validator's (llamafleet.rules.cross, rule XC003): the slot as llama.cpp and
 the planner count it, Claude Code 2.1.197's window limits, and the window the rule accepts, so the
@@ -7,6 +8,9 @@ role never writes a window `llamafleet check` then reports."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
@@ -132,9 +136,87 @@ def unit_slot_context(text: Any, path: str = "llama-server.service") -> int:
     return found.tokens if found is not None else 0
 
 
+def _b64_text(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return base64.b64decode(value, validate=True).decode("utf-8", errors="replace")
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _read_back(files: Sequence[Any], name: str) -> tuple[str, str] | None:
+    """(path, text) of the settings file read back for the target ``name`` (claude_settings
+    read_only results), or None when it does not exist or was not read."""
+    for r in files:
+        t = r.get("_t") if isinstance(r, Mapping) else None
+        if isinstance(t, Mapping) and t.get("name") == name and r.get("exists"):
+            text = _b64_text(r.get("content"))
+            if text is not None:
+                return str(t.get("path") or name), text
+    return None
+
+
+def credential_path(unit: str, name: str = "api-key") -> str:
+    """Where systemd hands a service its credential ``name`` (what ``%d/<name>`` stands for)."""
+    return f"/run/credentials/{unit}/{name}"
+
+
+def check_item(
+    target: Any,
+    files: Any,
+    units: Any = None,
+    keys: Any = None,
+    managed: Any = False,
+) -> dict[str, Any]:
+    """The llamafleet_check item of one settings file (``target``, an entry of the role's resolved
+    list): the settings Claude Code reads (the user's file, and the managed file that wins over
+    it; a managed target alone: the managed file), read back as the user (``files``: the results of
+    claude_settings read_only), and the unit of the server instance it points at (``units``: the
+    slurped units, matched by key_id), all in memory. The unit's API key credential (``%d/api-key``)
+    names ``/run/credentials/<unit>/api-key``, and ``files`` of the item maps that path to the
+    keys this settings file may hold (its own key, plus the instance key when the user has a key of
+    its own, as the server's credential lists them), so that XC002 compares keys. ``settings`` is
+    empty when neither file exists yet (check mode on a new host). Carries keys: use with no_log."""
+    if not isinstance(target, Mapping):
+        raise AnsibleFilterError(
+            f"claude_code_check_item: expected a target mapping, got {target!r}"
+        )
+    name = str(target.get("name"))
+    results = list(files or [])
+    settings = []
+    if managed and str(managed).lower() not in OFF_WORDS:
+        found = _read_back(results, "(managed)")
+        if found:
+            settings.append({"path": found[0], "text": found[1], "scope": "managed"})
+    if not target.get("managed"):
+        found = _read_back(results, name)
+        if found:
+            settings.append({"path": found[0], "text": found[1], "scope": "user"})
+    key_id = str(target.get("key_id") or "")
+    unit = str(target.get("unit") or "")
+    item: dict[str, Any] = {"name": name, "settings": settings}
+    for r in units or []:
+        t = r.get("_t") if isinstance(r, Mapping) else None
+        text = _b64_text(r.get("content")) if isinstance(t, Mapping) else None
+        if text is None or not isinstance(t, Mapping) or str(t.get("key_id")) != key_id:
+            continue
+        cred = credential_path(unit)
+        item["path"] = f"{target.get('server')}:/etc/systemd/system/{unit}"
+        item["text"] = text.replace("%d/api-key", cred)
+        keys = keys if isinstance(keys, Mapping) else {}
+        if key_id in keys:
+            inst_id = "/".join(key_id.split("/")[:2])
+            inst_key = keys.get(inst_id, "") if key_id != inst_id else ""
+            item["files"] = {cred: f"{keys[key_id]}\n{inst_key}\n"}
+        break
+    return item
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "claude_code_compact_window": compact_window,
             "claude_code_unit_slot_context": unit_slot_context,
+            "claude_code_check_item": check_item,
         }

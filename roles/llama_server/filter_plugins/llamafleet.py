@@ -3,12 +3,13 @@ file and for the validator's preflight), and that refuse any value that could ch
 structure: a newline in a rendered value would start a new line (a `[Service]` section, an
 `ExecStartPre=+...` run as root), so every value the template renders goes through one of them.
 Also the instance-level facts the validator computes: `ignore:` as suppression comments, the
-chat template fixed for Claude Code, the Claude-Code-shaped gate requests, the per-slot context."""
+chat template fixed for Claude Code, the Claude-Code-shaped gate requests, the per-slot context.
+The address decisions (IPAddressAllow=, TLS on or off, certificate names) are the llamafleet_common
+role's filters, on the validator's address classifier."""
 
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -112,46 +113,6 @@ def unit_environment(environment: Any, instance: str = "?") -> list[str]:
     return out
 
 
-_IP_ALLOW = re.compile(r"(any|localhost|link-local|multicast|[0-9a-fA-F.:]+(/[0-9]{1,3})?)\Z")
-
-
-def is_loopback(host: Any) -> bool:
-    """Whether a --host value is a loopback address (127.0.0.0/8, ::1, localhost)."""
-    text = str(host).strip("[]")
-    return text in ("localhost", "::1") or text.startswith("127.")
-
-
-def ip_allow(networks: Any, instance: str = "?", host: Any = "127.0.0.1") -> list[str]:
-    """The IPAddressAllow= entries of an instance besides localhost: a list of addresses, CIDR
-    ranges or systemd's names (any, localhost, link-local, multicast). An instance that listens
-    beyond loopback must name its client networks (the unit drops every other packet)."""
-    purpose = f"instance {instance!r}: ip_allow (llama_server_ip_allow)"
-    if isinstance(networks, (str, bytes)) or not isinstance(networks, (list, tuple)):
-        raise AnsibleFilterError(
-            f"{purpose} must be a list such as ['10.0.0.0/8', '192.168.1.0/24']; got {networks!r}"
-        )
-    out = []
-    for net in networks:
-        text = str(net)
-        if not _IP_ALLOW.match(text):
-            raise AnsibleFilterError(
-                f"{purpose}: {text!r} is not an address, a CIDR range (10.0.0.0/8, fd00::/8) "
-                "or one of any, localhost, link-local, multicast"
-            )
-        out.append(text)
-    listen = str(host).strip("[]")
-    own = listen not in ("0.0.0.0", "::") and not is_loopback(listen)
-    if out and own and _IP_ALLOW.match(listen):
-        out.append(listen)  # the host's own requests to that address (the role's health check)
-    if not out and not is_loopback(host):
-        raise AnsibleFilterError(
-            f"{purpose}: the instance listens on {host} but names no client networks; its unit "
-            "drops every packet except from localhost (IPAddressDeny=any). List the networks of "
-            "its clients (e.g. ip_allow: ['10.0.0.0/8']), or ['any'] to serve every address."
-        )
-    return out
-
-
 _CLIENT_NAME = re.compile(r"[A-Za-z0-9_.@/-]{1,200}\Z")
 
 
@@ -188,62 +149,6 @@ def client_keys(names: Any, instance: str = "?") -> list[str]:
             )
         files[f] = name
         out.append(name)
-    return out
-
-
-_TRUE = ("true", "yes", "on", "1")
-_FALSE = ("false", "no", "off", "0")
-#: a DNS name (labels of letters, digits, dashes, underscores), nothing that could end the
-#: subjectAltName entry of an OpenSSL extension file (comma, space, newline)
-_LABEL = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,62}"
-_DNS_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\.?\Z")
-#: in every instance certificate: the role's own requests go to 127.0.0.1 (connect_host)
-TLS_LOOPBACK_SANS = ("IP:127.0.0.1", "IP:::1", "DNS:localhost")
-
-
-def tls_on(setting: Any, host: Any = "127.0.0.1", purpose: str = "llama_server_tls") -> bool:
-    """Whether an instance serves TLS: `setting` is llama_server_tls (auto, true, false) or an
-    instance's `tls`; auto means TLS for an instance that does not listen on loopback (nor on a
-    Unix socket)."""
-    if isinstance(setting, bool):
-        return setting
-    text = str(setting).strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    if text == "auto":
-        listen = str(host)
-        return not (is_loopback(listen) or listen.endswith(".sock"))
-    raise AnsibleFilterError(f"{purpose} must be auto, true or false; got {setting!r}")
-
-
-def tls_sans(names: Any, instance: str = "?") -> list[str]:
-    """The subjectAltName entries of an instance certificate: 127.0.0.1, ::1 and localhost (the
-    role's own requests), then each of `names` (listen address, ansible_host, FQDN, ...) as
-    `IP:` or `DNS:`, without duplicates, in order. Empty names, wildcard addresses and socket
-    paths are skipped; anything that is neither an IP address nor a DNS name is refused."""
-    purpose = f"instance {instance!r}: TLS certificate name"
-    if isinstance(names, (str, bytes)) or not isinstance(names, (list, tuple)):
-        raise AnsibleFilterError(f"{purpose}s: expected a list, got {names!r}")
-    out = list(TLS_LOOPBACK_SANS)
-    for name in names:
-        if name is None:
-            continue
-        text = str(name).strip().strip("[]")
-        if not text or text in ("0.0.0.0", "::") or text.endswith(".sock"):
-            continue
-        try:
-            entry = f"IP:{ipaddress.ip_address(text).compressed}"
-        except ValueError:
-            if not _DNS_NAME.match(text):
-                raise AnsibleFilterError(
-                    f"{purpose}: {text!r} is neither an IP address nor a DNS name "
-                    "(llama_server_tls_sans, ansible_host, the listen address)"
-                ) from None
-            entry = "DNS:" + text.rstrip(".").lower()
-        if entry not in out:
-            out.append(entry)
     return out
 
 
@@ -383,9 +288,6 @@ class FilterModule:
             "llamafleet_unit_value": unit_value,
             "llamafleet_unit_line": unit_line,
             "llamafleet_unit_environment": unit_environment,
-            "llamafleet_ip_allow": ip_allow,
-            "llamafleet_tls_on": tls_on,
-            "llamafleet_tls_sans": tls_sans,
             "llamafleet_client_keys": client_keys,
             "llamafleet_client_key_file": client_key_file,
             "llamafleet_exposure_score": llamafleet_exposure_score,

@@ -1,31 +1,175 @@
 """Action plugin: run the llamafleet validator in-process on the controller, on texts a role
-rendered (units, settings), with facts handed over as mappings. Nothing is written to disk and
-nothing runs on the managed host. Fails the task, naming the build, when a text is refused.
+rendered or read back (units, Claude Code settings), with facts and the files the texts name
+handed over as mappings. Nothing is written to disk and nothing runs on the managed host. Fails
+the task, naming the build, when a text is refused; this plugin is the one place that words the
+refusal.
 
     - llamafleet_check:
         what: instance              # the word used in the refusal
         build: b9079-...            # named in the refusal (the build whose --help is in the facts)
-        items:                      # one check per item
-          - {name: main, path: llama-server-main.service, text: "...", facts: {...}}
+        items:                      # one check per item; the texts of an item are checked together
+          - name: main
+            path: llama-server-main.service   # the name findings give the text
+            text: "..."             # a unit, script, instance mapping or settings file
+            kind: unit              # optional: unit, shell, cmd, mapping, settings (else detected)
+            facts: {...}            # the shape of a facts file, every fact inline
+            files: {PATH: TEXT}     # files the texts name (a key file, a chat template), in memory
+            settings:               # Claude Code settings checked with the text (cross-file rules)
+              - {path: /home/a/.claude/settings.json, text: "...", scope: user}
         fail_on: error              # error | warning | info
         config: ""                  # a .llamafleet.yaml on the controller; "" = the nearest one
                                     # from the directory ansible-playbook runs in (see the README)
+        skip: []                    # rule ids skipped besides the config's (a deliberate choice)
         hint: ""                    # appended to the refusal (how to suppress a deliberate choice)
+        written: false              # true: the texts are already on the host (the refusal says so)
 
-Returns ``checks`` (per item: name, path, findings, suppressed, refused; not ``results``, which
-Ansible reserves for loops) and ``config`` (the file
-read, or null).
+An item needs ``text`` or ``settings`` (or both). Returns ``checks`` (per item: name, path,
+findings, suppressed, refused; not ``results``, which Ansible reserves for loops), ``refused``
+(whether any item was) and ``config`` (the file read, or null). Check mode changes nothing here:
+the check runs the same.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
-_ARGS = frozenset({"items", "fail_on", "config", "what", "build", "hint"})
+_ARGS = frozenset({"items", "fail_on", "config", "skip", "what", "build", "hint", "written"})
+_ITEM_KEYS = frozenset({"name", "path", "text", "kind", "facts", "files", "settings"})
+_KINDS = frozenset({"unit", "shell", "cmd", "mapping", "settings", "argv"})
+_SCOPES = frozenset({"user", "project", "local", "managed"})
+
+
+class CheckError(Exception):
+    """Bad input from the playbook (not a finding): the task fails with this message."""
+
+
+def _texts_of(name: str, value: Any, what: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise CheckError(f"item {name}: {what} must map paths to texts")
+    return dict(value)
+
+
+def check_items(
+    items: Any,
+    fail_on: str = "error",
+    config_path: str | None = None,
+    skip: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """Check each item (see the module docstring) on its own with the catalogue; returns one
+    ``{name, path, findings, suppressed, refused}`` per item. Raises CheckError on bad input."""
+    from llamafleet.catalogue import catalogue
+    from llamafleet.engine import Config, Inputs, add_file, exit_code, load_config, run
+    from llamafleet.errors import SEVERITIES, InputError
+    from llamafleet.facts import apply_facts
+    from llamafleet.refs import NEVER, ReferencedFiles
+
+    if not isinstance(items, list):
+        raise CheckError("items must be a list")
+    if fail_on not in SEVERITIES:
+        raise CheckError(f"fail_on {fail_on!r}: one of {', '.join(SEVERITIES)}")
+    try:
+        config = load_config(config_path) if config_path else Config()
+    except InputError as exc:
+        raise CheckError(str(exc)) from exc
+    known = catalogue()
+    for rid in skip:
+        if rid not in known:
+            raise CheckError(
+                f"skip: {rid!r} is not a rule id of the catalogue (`llamafleet rules`)"
+            )
+    config.skip |= set(skip)
+    out = []
+    for item in items:
+        if not isinstance(item, Mapping):
+            raise CheckError(f"each item must be a mapping; got {item!r}")
+        name = str(item.get("name") or "?")
+        unknown = sorted(set(item) - _ITEM_KEYS)
+        if unknown:
+            raise CheckError(f"item {name}: unknown key(s) {', '.join(unknown)}")
+        text = item.get("text")
+        settings = item.get("settings") or []
+        if text is not None and not isinstance(text, str):
+            raise CheckError(f"item {name}: text must be a string")
+        if not isinstance(settings, list):
+            raise CheckError(f"item {name}: settings must be a list of {{path, text, scope}}")
+        if text is None and not settings:
+            raise CheckError(f"item {name}: no text to check (give text or settings)")
+        kind = item.get("kind")
+        if kind is not None and kind not in _KINDS:
+            raise CheckError(f"item {name}: kind {kind!r}: one of {', '.join(sorted(_KINDS))}")
+        facts_map = item.get("facts") or {}
+        if not isinstance(facts_map, Mapping):
+            raise CheckError(f"item {name}: facts must be a mapping")
+        files = _texts_of(name, item.get("files"), "files")
+        path = str(item.get("path") or name)
+        # the files the texts name (a key, a chat template): read from memory, nothing from disk
+        inputs = Inputs(referenced=ReferencedFiles(contents=files) if files else NEVER)
+        try:
+            facts = apply_facts(facts_map, source=f"facts of {name}")
+            if text is not None:
+                add_file(inputs, path, text, kind=kind, mode=None)
+            for sf in settings:
+                if not isinstance(sf, Mapping) or not isinstance(sf.get("text"), str):
+                    raise CheckError(f"item {name}: each settings entry needs a text")
+                scope = sf.get("scope") or "user"
+                if scope not in _SCOPES:
+                    known_scopes = ", ".join(sorted(_SCOPES))
+                    raise CheckError(
+                        f"item {name}: settings scope {scope!r}: one of {known_scopes}"
+                    )
+                where = str(sf.get("path") or f"{scope} settings")
+                add_file(inputs, where, sf["text"], kind="settings", scope=scope, mode=None)
+            result = run(inputs, facts, config)
+        except InputError as exc:
+            raise CheckError(f"item {name}: {exc}") from exc
+        out.append(
+            {
+                "name": name,
+                "path": path,
+                "findings": [f.as_dict() for f in result.findings],
+                "suppressed": result.suppressed,
+                "refused": exit_code(result, fail_on) == 1,
+            }
+        )
+    return out
+
+
+def refusal(
+    checks: Sequence[Mapping[str, Any]],
+    what: str,
+    build: str | None = None,
+    hint: str = "",
+    written: bool = False,
+) -> str:
+    """The message that stops a play: each refused item, each finding with its place and fix."""
+    lines = []
+    on = f" for build {build}" if build else ""
+    state = (
+        "as written on the host: fix it and run again"
+        if written
+        else "nothing was changed on the host"
+    )
+    for c in checks:
+        if not c["refused"]:
+            continue
+        lines.append(f"llamafleet check refused {what} {c['name']}{on} ({state}):")
+        for f in c["findings"]:
+            lines.append(f"- {f['id']} [{f['severity']}] {f['file']}:{f['line']}: {f['message']}")
+            if f.get("fix"):
+                lines.append(f"    fix: {f['fix']}")
+    if lines:
+        lines.append("Run `llamafleet explain ID` for details." + (f" {hint}" if hint else ""))
+    return "\n".join(lines)
 
 
 class ActionModule(ActionBase):
@@ -33,11 +177,9 @@ class ActionModule(ActionBase):
     _VALID_ARGS = _ARGS
 
     def run(self, tmp: Any = None, task_vars: Any = None) -> dict[str, Any]:
-        result = super().run(tmp, task_vars)
+        result: dict[str, Any] = super().run(tmp, task_vars)
         try:
             from llamafleet.config_file import find_config
-            from llamafleet.errors import InputError
-            from llamafleet.preflight import check_texts, refusal
         except ImportError as exc:
             raise AnsibleActionFail(
                 "the llamafleet Python package is not importable by the Python that runs Ansible "
@@ -47,19 +189,29 @@ class ActionModule(ActionBase):
         unknown = sorted(set(args) - _ARGS)
         if unknown:
             raise AnsibleActionFail(f"llamafleet_check: unknown option(s) {', '.join(unknown)}")
-        items = args.get("items") or []
-        if not isinstance(items, list):
-            raise AnsibleActionFail("llamafleet_check: items must be a list")
+        skip = args.get("skip") or []
+        if isinstance(skip, str) or not isinstance(skip, list):
+            raise AnsibleActionFail("llamafleet_check: skip must be a list of rule ids")
         config = str(args.get("config") or "") or find_config(os.getcwd())
         try:
-            checked = check_texts(items, str(args.get("fail_on") or "error"), config)
-        except InputError as exc:
+            checks = check_items(
+                args.get("items") or [],
+                str(args.get("fail_on") or "error"),
+                config,
+                [str(s).strip().upper() for s in skip],
+            )
+        except CheckError as exc:
             raise AnsibleActionFail(f"llamafleet_check: {exc}") from exc
         result["changed"] = False
         result["config"] = config
-        result["checks"] = [c.as_dict() for c in checked]
+        result["checks"] = checks
+        result["refused"] = any(c["refused"] for c in checks)
         msg = refusal(
-            checked, str(args.get("what") or "item"), args.get("build"), str(args.get("hint") or "")
+            checks,
+            str(args.get("what") or "item"),
+            args.get("build"),
+            str(args.get("hint") or ""),
+            boolean(args.get("written", False), strict=False),
         )
         if msg:
             result["failed"] = True

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
-module: llama_server_wait
+module: llamafleet_wait
 short_description: Wait for a llama-server instance to serve, or fail fast with its journal
 description:
   - Polls the instance's C(/health) URL until it answers 200 (503 means the model is still loading).

@@ -1,0 +1,180 @@
+"""Filters every llamafleet role shares: what kind of address a llama-server listens on, decided by
+the validator's own classifier (llamafleet.rules.server.is_loopback, the one the rules LS007,
+CC010 and the cross-file checks use), and the decisions that follow from it: where the host's own
+requests go, whether an instance serves TLS, the names of its certificate, the networks its unit
+lets in."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    from llamafleet.rules.cross import DEFAULT_HOST
+    from llamafleet.rules.server import is_loopback
+except ImportError as exc:  # pragma: no cover - reported when a filter is used
+    _IMPORT_ERROR: ImportError | None = exc
+else:
+    _IMPORT_ERROR = None
+
+#: The wildcard addresses: llama-server listens on every address of the host (the validator's
+#: cross-file checks treat them so: any address of the host reaches the server).
+ANY_ADDRESSES = ("0.0.0.0", "::", "[::]")
+#: The kinds llamafleet_address_kind returns.
+KINDS = ("loopback", "socket", "any", "address")
+
+
+def _need_llamafleet() -> None:
+    if _IMPORT_ERROR is not None:
+        raise AnsibleFilterError(
+            "the llamafleet Python package is not installed on the controller "
+            "(pip install ./validator): " + str(_IMPORT_ERROR)
+        )
+
+
+def address_kind(host: Any) -> str:
+    """What a llama-server ``--host`` (or a client's server address) is:
+
+    * ``socket``: a Unix socket path (llama-server listens on a socket when the value ends in
+      ``.sock``);
+    * ``loopback``: 127.0.0.0/8, ::1 (bracketed or not), localhost, or empty/None (llama-server's
+      default, 127.0.0.1);
+    * ``any``: 0.0.0.0 or :: (every address of the host);
+    * ``address``: anything else (an address or name other hosts may reach).
+    """
+    _need_llamafleet()
+    text = "" if host is None else str(host).strip()
+    if not text:
+        text = DEFAULT_HOST
+    if text.endswith(".sock"):
+        return "socket"
+    if text in ANY_ADDRESSES:
+        return "any"
+    if is_loopback(text):
+        return "loopback"
+    return "address"
+
+
+def connect_host(host: Any) -> str:
+    """Where the host's own requests to an instance listening on ``host`` go, as the host part of
+    a URL: 127.0.0.1 for a wildcard address, the default and a loopback name such as
+    ``localhost`` (names are not resolved); an IPv6 address in brackets (``[::1]``); anything else
+    as given (a socket path too)."""
+    kind = address_kind(host)
+    text = "" if host is None else str(host).strip()
+    if kind == "socket":
+        return text
+    if kind == "any" or not text:
+        return DEFAULT_HOST
+    bare = text.strip("[]")
+    try:
+        ip = ipaddress.ip_address(bare)
+    except ValueError:
+        return DEFAULT_HOST if kind == "loopback" else bare
+    return f"[{ip.compressed}]" if ip.version == 6 else ip.compressed
+
+
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+
+
+def tls_on(setting: Any, host: Any = "127.0.0.1", purpose: str = "llama_server_tls") -> bool:
+    """Whether an instance serves TLS: ``setting`` is llama_server_tls (auto, true, false) or an
+    instance's ``tls``; auto means TLS for an instance that listens beyond loopback (not on a
+    loopback address, nor on a Unix socket)."""
+    if isinstance(setting, bool):
+        return setting
+    text = str(setting).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    if text == "auto":
+        return address_kind(host) in ("any", "address")
+    raise AnsibleFilterError(f"{purpose} must be auto, true or false; got {setting!r}")
+
+
+#: a DNS name (labels of letters, digits, dashes, underscores), nothing that could end the
+#: subjectAltName entry of an OpenSSL extension file (comma, space, newline)
+_LABEL = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,62}"
+_DNS_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\.?\Z")
+#: in every instance certificate: the role's own requests go to 127.0.0.1 (connect_host)
+TLS_LOOPBACK_SANS = ("IP:127.0.0.1", "IP:::1", "DNS:localhost")
+
+
+def tls_sans(names: Any, instance: str = "?") -> list[str]:
+    """The subjectAltName entries of an instance certificate: 127.0.0.1, ::1 and localhost (the
+    role's own requests), then each of ``names`` (listen address, ansible_host, FQDN, ...) as
+    ``IP:`` or ``DNS:``, without duplicates, in order. Empty names, wildcard addresses and socket
+    paths are skipped; anything that is neither an IP address nor a DNS name is refused."""
+    purpose = f"instance {instance!r}: TLS certificate name"
+    if isinstance(names, (str, bytes)) or not isinstance(names, (list, tuple)):
+        raise AnsibleFilterError(f"{purpose}s: expected a list, got {names!r}")
+    out = list(TLS_LOOPBACK_SANS)
+    for name in names:
+        if name is None:
+            continue
+        text = str(name).strip().strip("[]")
+        if not text or address_kind(text) in ("any", "socket"):
+            continue
+        try:
+            entry = f"IP:{ipaddress.ip_address(text).compressed}"
+        except ValueError:
+            if not _DNS_NAME.match(text):
+                raise AnsibleFilterError(
+                    f"{purpose}: {text!r} is neither an IP address nor a DNS name "
+                    "(llama_server_tls_sans, ansible_host, the listen address)"
+                ) from None
+            entry = "DNS:" + text.rstrip(".").lower()
+        if entry not in out:
+            out.append(entry)
+    return out
+
+
+_IP_ALLOW = re.compile(r"(any|localhost|link-local|multicast|[0-9a-fA-F.:]+(/[0-9]{1,3})?)\Z")
+
+
+def ip_allow(networks: Any, instance: str = "?", host: Any = "127.0.0.1") -> list[str]:
+    """The IPAddressAllow= entries of an instance besides localhost: a list of addresses, CIDR
+    ranges or systemd's names (any, localhost, link-local, multicast). An instance that listens
+    beyond loopback must name its client networks (the unit drops every other packet); one that
+    listens on a single address of its own also lets that address in (the role's health check)."""
+    purpose = f"instance {instance!r}: ip_allow (llama_server_ip_allow)"
+    if isinstance(networks, (str, bytes)) or not isinstance(networks, (list, tuple)):
+        raise AnsibleFilterError(
+            f"{purpose} must be a list such as ['10.0.0.0/8', '192.168.1.0/24']; got {networks!r}"
+        )
+    out = []
+    for net in networks:
+        text = str(net)
+        if not _IP_ALLOW.match(text):
+            raise AnsibleFilterError(
+                f"{purpose}: {text!r} is not an address, a CIDR range (10.0.0.0/8, fd00::/8) "
+                "or one of any, localhost, link-local, multicast"
+            )
+        out.append(text)
+    kind = address_kind(host)
+    listen = str(host).strip("[]")
+    if out and kind == "address" and _IP_ALLOW.match(listen):
+        out.append(listen)  # the host's own requests to that address (the role's health check)
+    if not out and kind in ("any", "address"):
+        raise AnsibleFilterError(
+            f"{purpose}: the instance listens on {host} but names no client networks; its unit "
+            "drops every packet except from localhost (IPAddressDeny=any). List the networks of "
+            "its clients (e.g. ip_allow: ['10.0.0.0/8']), or ['any'] to serve every address."
+        )
+    return out
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "llamafleet_address_kind": address_kind,
+            "llamafleet_connect_host": connect_host,
+            "llamafleet_tls_on": tls_on,
+            "llamafleet_tls_sans": tls_sans,
+            "llamafleet_ip_allow": ip_allow,
+        }
