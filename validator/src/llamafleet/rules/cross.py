@@ -315,6 +315,46 @@ def window_for_slot(slot: int, reserve: int = DEFAULT_OUTPUT_RESERVE) -> int | N
     return max(slot - reserve, CLAUDE_CODE_MIN_WINDOW)
 
 
+def _window_what(win: CompactWindow) -> str:
+    """What Claude Code does with this window, for XC003's message."""
+    if win.off:
+        return f"never compacts the conversation ({win.off})"
+    if not win.how:
+        return (
+            f"sets no {WINDOW_VAR}: Claude Code assumes {win.tokens} tokens for a model "
+            "it does not know and compacts only when the API answers 'prompt is too "
+            "long', which llama-server never says"
+        )
+    return f"compacts within a window of {win.tokens} tokens ({win.how})"
+
+
+def _window_remedy(win: CompactWindow, slot: int) -> str:
+    """XC003's fix for a window that does not fit a slot of ``slot`` tokens."""
+    want = window_for_slot(slot)
+    if win.off and win.tokens <= slot:
+        return f"Turn auto-compaction back on (remove {win.off})."
+    if want is not None:
+        remedy = (
+            f'Set env.{WINDOW_VAR} to "{want}" (the slot less {DEFAULT_OUTPUT_RESERVE} '
+            f"tokens kept for the answer, at least {CLAUDE_CODE_MIN_WINDOW}: what the "
+            "claude_code role writes with claude_code_auto_compact_window: auto), or give "
+            "each slot more context (-c, -np 1, or --kv-unified so one request may use "
+            "the whole cache)."
+        )
+    else:
+        floor = CLAUDE_CODE_MIN_WINDOW - CLAUDE_CODE_COMPACT_MARGIN
+        remedy = (
+            f"Give each slot at least {min_slot()} tokens (-c, -np 1, or --kv-unified so "
+            "one request may use the whole cache): Claude Code takes no window below "
+            f"{CLAUDE_CODE_MIN_WINDOW} and compacts {CLAUDE_CODE_COMPACT_MARGIN} below "
+            f"it, so never before {floor} tokens."
+        )
+    if win.off:
+        first = remedy[0].lower()
+        remedy = f"Turn auto-compaction back on (remove {win.off}), then {first}{remedy[1:]}"
+    return remedy
+
+
 @rule("XC003")
 def compact_window_above_slot(ctx: Context) -> Iterator[Hit]:
     servers = ctx.all_servers
@@ -335,40 +375,8 @@ def compact_window_above_slot(ctx: Context) -> Iterator[Hit]:
             if (CLAUDE_CODE_DEFAULT_WINDOW if win.off else win.tokens) <= slot.tokens:
                 continue
             name = f"{s.path} ({'{}:{}'.format(*server_address(s))})"
-            if win.off:
-                what = f"never compacts the conversation ({win.off})"
-            elif not win.how:
-                what = (
-                    f"sets no {WINDOW_VAR}: Claude Code assumes {win.tokens} tokens for a model "
-                    "it does not know and compacts only when the API answers 'prompt is too "
-                    "long', which llama-server never says"
-                )
-            else:
-                what = f"compacts within a window of {win.tokens} tokens ({win.how})"
-            want = window_for_slot(slot.tokens)
-            if win.off and win.tokens <= slot.tokens:
-                remedy = f"Turn auto-compaction back on (remove {win.off})."
-            elif want is not None:
-                remedy = (
-                    f'Set env.{WINDOW_VAR} to "{want}" (the slot less {DEFAULT_OUTPUT_RESERVE} '
-                    f"tokens kept for the answer, at least {CLAUDE_CODE_MIN_WINDOW}: what the "
-                    "claude_code role writes with claude_code_auto_compact_window: auto), or give "
-                    "each slot more context (-c, -np 1, or --kv-unified so one request may use "
-                    "the whole cache)."
-                )
-            else:
-                floor = CLAUDE_CODE_MIN_WINDOW - CLAUDE_CODE_COMPACT_MARGIN
-                remedy = (
-                    f"Give each slot at least {min_slot()} tokens (-c, -np 1, or --kv-unified so "
-                    "one request may use the whole cache): Claude Code takes no window below "
-                    f"{CLAUDE_CODE_MIN_WINDOW} and compacts {CLAUDE_CODE_COMPACT_MARGIN} below "
-                    f"it, so never before {floor} tokens."
-                )
-            if win.off and not remedy.startswith("Turn"):
-                remedy = (
-                    f"Turn auto-compaction back on (remove {win.off}), then "
-                    f"{remedy[0].lower()}{remedy[1:]}"
-                )
+            what = _window_what(win)
+            remedy = _window_remedy(win, slot.tokens)
             yield Hit(
                 win.file,
                 win.line,
