@@ -150,16 +150,27 @@ def apply_facts(
         )
     inline = base is None
     if base is None:
-        named = [k for k in ("help_file", "gguf") if data.get(k)]
-        named += [
-            k for k in ("build_manifest", "model_meta", "model") if isinstance(data.get(k), str)
-        ]
-        if named:
-            raise FactsError(
-                f"{source}: {', '.join(named)} name files; give the facts inline here "
-                "(help_text, a build_manifest mapping, a model mapping)"
-            )
+        _refuse_paths(data, source)
         base = "."
+    _apply_build_facts(data, facts, base, inline)
+    _apply_model_facts(data, facts, base, source)
+    _apply_hardware_facts(data, facts)
+    return facts
+
+
+def _refuse_paths(data: Mapping[str, Any], source: str) -> None:
+    """Facts handed over in-process may not name files (of the managed host, not this one)."""
+    named = [k for k in ("help_file", "gguf") if data.get(k)]
+    named += [k for k in ("build_manifest", "model_meta", "model") if isinstance(data.get(k), str)]
+    if named:
+        raise FactsError(
+            f"{source}: {', '.join(named)} name files; give the facts inline here "
+            "(help_text, a build_manifest mapping, a model mapping)"
+        )
+
+
+def _apply_build_facts(data: Mapping[str, Any], facts: Facts, base: str, inline: bool) -> None:
+    """The build: its manifest, --help and --version."""
     if data.get("build_manifest"):
         bm = data["build_manifest"]
         if isinstance(bm, str):
@@ -176,6 +187,10 @@ def apply_facts(
         facts.set_help(_read(str(data["help_file"]), base))
     if data.get("version_text"):
         facts.set_version(str(data["version_text"]))
+
+
+def _apply_model_facts(data: Mapping[str, Any], facts: Facts, base: str, source: str) -> None:
+    """The model: inline metadata, or a facts/GGUF file (``gguf`` wins)."""
     model = data.get("model_meta") or data.get("model")
     if isinstance(model, str):
         facts.model = load_model_meta(model if os.path.isabs(model) else os.path.join(base, model))
@@ -184,6 +199,10 @@ def apply_facts(
     if data.get("gguf"):
         g = str(data["gguf"])
         facts.model = load_model_meta(g if os.path.isabs(g) else os.path.join(base, g))
+
+
+def _apply_hardware_facts(data: Mapping[str, Any], facts: Facts) -> None:
+    """GPU, CPU and RAM (the flat keys win over the ``gpu`` mapping)."""
     gpu = data.get("gpu") or {}
     if isinstance(gpu, dict):
         facts.gpu_name = gpu.get("name", facts.gpu_name)
@@ -199,4 +218,3 @@ def apply_facts(
         facts.cpu_cores = int(data["cpu_cores"])
     if data.get("ram_mib") is not None:
         facts.ram_mib = float(data["ram_mib"])
-    return facts

@@ -152,26 +152,9 @@ def parse_unit(text: str, path: str, referenced: ReferencedFiles | None = None) 
     exec_start = unit.get("Service", "ExecStart")
     if exec_start is None:
         return unit
-    env: dict[str, tuple[str, int]] = {}
-    for e in unit.all("Service", "EnvironmentFile"):
-        fname = e.value.removeprefix("-")
-        loaded = _read_env_file(fname, referenced)
-        if loaded:
-            env.update({k: (v, e.line) for k, v in loaded.items()})
-    for e in unit.all("Service", "Environment"):
-        for w in split_words(e.value, e.line):
-            k, eq, v = w.text.partition("=")
-            if eq:
-                env[k] = (v, e.line)
+    env = _unit_environment(unit, referenced)
     variables = {k: v for k, (v, _) in env.items()}
-    # systemd credentials: `LoadCredential=NAME:PATH` is read by the service as `%d/NAME`
-    # (or `$CREDENTIALS_DIRECTORY/NAME`); the validator names PATH instead (a rule reads it only as
-    # the referenced-files policy allows).
-    credentials: dict[str, str] = {}
-    for e in unit.all("Service", "LoadCredential"):
-        name, colon, src = e.value.partition(":")
-        if colon and name:
-            credentials[name] = src
+    credentials = _credentials(unit)
     words = split_words(exec_start.value, exec_start.line)
     if not words:
         return unit
@@ -191,3 +174,32 @@ def parse_unit(text: str, path: str, referenced: ReferencedFiles | None = None) 
     apply_env(cfg, env)
     unit.server = cfg
     return unit
+
+
+def _unit_environment(unit: Unit, referenced: ReferencedFiles) -> dict[str, tuple[str, int]]:
+    """The service's environment (value, line): ``EnvironmentFile=`` as the policy allows, then
+    ``Environment=`` (later assignments win)."""
+    env: dict[str, tuple[str, int]] = {}
+    for e in unit.all("Service", "EnvironmentFile"):
+        fname = e.value.removeprefix("-")
+        loaded = _read_env_file(fname, referenced)
+        if loaded:
+            env.update({k: (v, e.line) for k, v in loaded.items()})
+    for e in unit.all("Service", "Environment"):
+        for w in split_words(e.value, e.line):
+            k, eq, v = w.text.partition("=")
+            if eq:
+                env[k] = (v, e.line)
+    return env
+
+
+def _credentials(unit: Unit) -> dict[str, str]:
+    """systemd credentials: ``LoadCredential=NAME:PATH`` is read by the service as ``%d/NAME``
+    (or ``$CREDENTIALS_DIRECTORY/NAME``); the validator names PATH instead (a rule reads it only
+    as the referenced-files policy allows)."""
+    credentials: dict[str, str] = {}
+    for e in unit.all("Service", "LoadCredential"):
+        name, colon, src = e.value.partition(":")
+        if colon and name:
+            credentials[name] = src
+    return credentials
