@@ -1,0 +1,24 @@
+/opt/llama.cpp/bin/llama-server \
+    --jinja \
+    --no-mmap \
+    --no-webui \
+    --mlock \
+    --nkvo \
+    --flash-attn on \
+    --n-gpu-layers -1 \
+    --threads 12 \
+    --threads-batch 24 \
+    --batch-size 512 \
+    --ubatch-size 2048 \
+    --keep -1 \
+    --ctx-size 524288 \
+    --top-k 0 \
+    --top-p 1.0 \
+    --min-p 0.01 \
+    --temp 1.0 \
+    --n-cpu-moe 25 \
+    --chat-template-kwargs '{"reasoning_effort": "high"}' \
+    --parallel 4 \
+    --model /ai_models/LLMs/unsloth/OpenAI/gpt-oss-120b-Q4_K_M-00001-of-00002.gguf \
+    --port 8080 
+    --host 0.0.0.0
