@@ -483,6 +483,63 @@ def run_claude(
         return subprocess.CompletedProcess(argv, 124, out, err)
 
 
+def role_settings(
+    defaults: dict[str, Any], base_url: str, model_alias: str, key: str
+) -> dict[str, Any]:
+    """What the claude_code role writes with its defaults (configure.yml: _claude_code_owned_env
+    + _server_env + the token; _claude_code_owned_settings)."""
+    return {
+        "env": {
+            "CLAUDE_CODE_ATTRIBUTION_HEADER": "0",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "API_TIMEOUT_MS": str(defaults["claude_code_api_timeout_ms"]),
+            "ANTHROPIC_BASE_URL": base_url,
+            "ANTHROPIC_MODEL": model_alias,
+            "ANTHROPIC_DEFAULT_OPUS_MODEL": model_alias,
+            "ANTHROPIC_DEFAULT_SONNET_MODEL": model_alias,
+            "ANTHROPIC_DEFAULT_HAIKU_MODEL": model_alias,
+            "ANTHROPIC_AUTH_TOKEN": key,
+        },
+        "includeGitInstructions": bool(defaults["claude_code_include_git_instructions"]),
+    }
+
+
+def write_settings(home: Path, settings: dict[str, Any]) -> None:
+    """``~/.claude/settings.json`` of the capture's home, owner-only as the role writes it."""
+    claude_dir = home / ".claude"
+    claude_dir.mkdir(mode=0o700)
+    settings_file = claude_dir / "settings.json"
+    settings_file.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+    settings_file.chmod(0o600)
+
+
+def report_requests(recorder: Recorder, prompt: str) -> None:
+    """One line per recorded request (and per other path answered 404) on stderr."""
+    for i, r in enumerate(recorder.requests):
+        b = r["body"] if isinstance(r["body"], dict) else {}
+        print(
+            f"capture: request {i}: {r['path']} {len(r['raw'])} bytes, "
+            f"{len(b.get('tools') or [])} tools, max_tokens {b.get('max_tokens')}, "
+            f"stream {b.get('stream')}, main {is_main_request(b, prompt)}",
+            file=sys.stderr,
+        )
+    for line in recorder.other:
+        print(f"capture: other: {line} -> 404", file=sys.stderr)
+
+
+def refuse_leaks(record: dict[str, Any], text: str, leaks: list[tuple[str, str]]) -> None:
+    """Raise when a secret or a machine-specific value is still in the scrubbed record: the
+    ``(value, what)`` pairs in the body or the headers, the key or the temporary directory
+    (the first two pairs) anywhere."""
+    for leak, what in leaks:
+        if leak in json.dumps(record["body"], ensure_ascii=False) or leak in json.dumps(
+            record["headers"], ensure_ascii=False
+        ):
+            raise CaptureError(f"{what} is still in the scrubbed request; nothing written")
+    if any(leak in text for leak, _ in leaks[:2]):
+        raise CaptureError("the key or the temporary directory leaked; nothing written")
+
+
 def capture(args: argparse.Namespace) -> int:
     defaults = role_defaults()
     tmp = Path(tempfile.mkdtemp(prefix="cc-capture-")).resolve()
@@ -505,27 +562,8 @@ def capture(args: argparse.Namespace) -> int:
         git_init(cwd, env)
         recorder = Recorder()
         base_url = f"http://127.0.0.1:{recorder.port}"
-        # what the claude_code role writes with its defaults (configure.yml: _claude_code_owned_env
-        # + _server_env + the token; _claude_code_owned_settings)
-        settings = {
-            "env": {
-                "CLAUDE_CODE_ATTRIBUTION_HEADER": "0",
-                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-                "API_TIMEOUT_MS": str(defaults["claude_code_api_timeout_ms"]),
-                "ANTHROPIC_BASE_URL": base_url,
-                "ANTHROPIC_MODEL": args.model_alias,
-                "ANTHROPIC_DEFAULT_OPUS_MODEL": args.model_alias,
-                "ANTHROPIC_DEFAULT_SONNET_MODEL": args.model_alias,
-                "ANTHROPIC_DEFAULT_HAIKU_MODEL": args.model_alias,
-                "ANTHROPIC_AUTH_TOKEN": key,
-            },
-            "includeGitInstructions": bool(defaults["claude_code_include_git_instructions"]),
-        }
-        claude_dir = home / ".claude"
-        claude_dir.mkdir(mode=0o700)
-        settings_file = claude_dir / "settings.json"
-        settings_file.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
-        settings_file.chmod(0o600)
+        settings = role_settings(defaults, base_url, args.model_alias, key)
+        write_settings(home, settings)
 
         date = dt.datetime.now(dt.timezone.utc).date().isoformat()
         print(f"capture: claude -p {args.prompt!r} against {base_url}", file=sys.stderr)
@@ -538,16 +576,7 @@ def capture(args: argparse.Namespace) -> int:
         )
         recorder.close()
         seen = recorder.requests
-        for i, r in enumerate(seen):
-            b = r["body"] if isinstance(r["body"], dict) else {}
-            print(
-                f"capture: request {i}: {r['path']} {len(r['raw'])} bytes, "
-                f"{len(b.get('tools') or [])} tools, max_tokens {b.get('max_tokens')}, "
-                f"stream {b.get('stream')}, main {is_main_request(b, args.prompt)}",
-                file=sys.stderr,
-            )
-        for line in recorder.other:
-            print(f"capture: other: {line} -> 404", file=sys.stderr)
+        report_requests(recorder, args.prompt)
         main = next((r for r in seen if is_main_request(r["body"], args.prompt)), None)
         if main is None:
             raise CaptureError(
@@ -612,13 +641,7 @@ def capture(args: argparse.Namespace) -> int:
         text = json.dumps(record, indent=2, ensure_ascii=False) + "\n"
         leaks = [(key, "the API key"), (tmp.name, "the temporary directory")]
         leaks += [(old, why) for old, new, why in subs if old in (date, month_year(date))]
-        for leak, what in leaks:
-            if leak in json.dumps(record["body"], ensure_ascii=False) or leak in json.dumps(
-                record["headers"], ensure_ascii=False
-            ):
-                raise CaptureError(f"{what} is still in the scrubbed request; nothing written")
-        if key in text or tmp.name in text:
-            raise CaptureError("the key or the temporary directory leaked; nothing written")
+        refuse_leaks(record, text, leaks)
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")

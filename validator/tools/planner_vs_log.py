@@ -354,6 +354,44 @@ class LogReader:
             return any(needle in line for line in self.lines)
 
 
+def _note_remote_pid(
+    runner: RemoteRunner, proc: subprocess.Popen[bytes], reader: LogReader, deadline: float
+) -> None:
+    """Tell the remote runner the server's pid, which its wrapper prints first."""
+    while time.monotonic() < deadline and not reader.has("LLAMAFLEET_PID"):
+        time.sleep(0.05)
+    for line in reader.text().splitlines():
+        if line.startswith("LLAMAFLEET_PID "):
+            runner.remote_pid(proc, int(line.split()[1]))
+
+
+def _wait_listening(
+    runner: Runner, proc: subprocess.Popen[bytes], reader: LogReader, port: int, deadline: float
+) -> float:
+    """The time the server listened at (its log says so, or /health answers), else 0."""
+    while time.monotonic() < deadline:
+        if reader.has(_LISTENING) or (
+            not isinstance(runner, RemoteRunner) and runner.request(port, "/health", None, 2) == 200
+        ):
+            return time.monotonic()
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    return 0.0
+
+
+def _store_checkpoint(runner: Runner, reader: LogReader, port: int, deadline: float) -> None:
+    """A prompt of >= 64 tokens makes a hybrid model's server store a context checkpoint."""
+    remaining = max(deadline - time.monotonic(), 1.0)
+    body = {"prompt": CHECKPOINT_PROMPT, "n_predict": 4, "cache_prompt": True}
+    runner.request(port, "/completion", body, remaining)
+    while time.monotonic() < deadline and not (
+        reader.has("created context checkpoint") or reader.has("print_timing")
+    ):
+        time.sleep(0.05)
+    time.sleep(0.2)
+
+
 def run_server(
     runner: Runner, model: str, cfg: Config, timeout_s: float, hybrid: bool
 ) -> tuple[str, float]:
@@ -368,31 +406,11 @@ def run_server(
         listened = 0.0
         try:
             if isinstance(runner, RemoteRunner):
-                while time.monotonic() < deadline and not reader.has("LLAMAFLEET_PID"):
-                    time.sleep(0.05)
-                for line in reader.text().splitlines():
-                    if line.startswith("LLAMAFLEET_PID "):
-                        runner.remote_pid(proc, int(line.split()[1]))
-            while time.monotonic() < deadline:
-                if reader.has(_LISTENING) or (
-                    not isinstance(runner, RemoteRunner)
-                    and runner.request(port, "/health", None, 2) == 200
-                ):
-                    listened = time.monotonic() - t0
-                    break
-                if proc.poll() is not None:
-                    break
-                time.sleep(0.05)
+                _note_remote_pid(runner, proc, reader, deadline)
+            when = _wait_listening(runner, proc, reader, port, deadline)
+            listened = when - t0 if when else 0.0
             if listened and hybrid:
-                # a prompt of >= 64 tokens makes the server store a context checkpoint
-                remaining = max(deadline - time.monotonic(), 1.0)
-                body = {"prompt": CHECKPOINT_PROMPT, "n_predict": 4, "cache_prompt": True}
-                runner.request(port, "/completion", body, remaining)
-                while time.monotonic() < deadline and not (
-                    reader.has("created context checkpoint") or reader.has("print_timing")
-                ):
-                    time.sleep(0.05)
-                time.sleep(0.2)
+                _store_checkpoint(runner, reader, port, deadline)
         finally:
             exit_code = proc.poll()
             runner.stop(proc)
