@@ -434,73 +434,95 @@ def write_llama(writer: GGUFWriter, rand: Rand, args: argparse.Namespace, templa
         writer.add_tensor(f"blk.{i}.ffn_down.weight", rand(n_embd, n_ff))
 
 
+# qwen35moe geometry: full attention every INTERVAL-th layer, gated delta net in the others
+Q35_EMBD, Q35_LAYERS, Q35_INTERVAL = 64, 8, 4
+Q35_HEAD, Q35_HEAD_KV, Q35_HEAD_DIM, Q35_ROT = 16, 2, 64, 16
+Q35_CONV, Q35_STATE, Q35_GROUPS, Q35_DT_RANK = 4, 128, 2, 4  # key heads x 128, value heads x 128
+Q35_INNER = Q35_STATE * Q35_DT_RANK
+Q35_CONV_DIM = 2 * Q35_GROUPS * Q35_STATE + Q35_INNER
+Q35_EXPERTS, Q35_EXPERTS_USED, Q35_FF_EXP, Q35_FF_SHEXP = 4, 2, 32, 32
+
+
+def _qwen35moe_hparams(writer: GGUFWriter, args: argparse.Namespace) -> None:
+    writer.add_context_length(args.context_length)
+    writer.add_embedding_length(Q35_EMBD)
+    writer.add_block_count(Q35_LAYERS)
+    writer.add_head_count(Q35_HEAD)
+    writer.add_head_count_kv(Q35_HEAD_KV)
+    writer.add_key_length(Q35_HEAD_DIM)
+    writer.add_value_length(Q35_HEAD_DIM)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_rope_dimension_count(Q35_ROT)
+    writer.add_rope_freq_base(10000000.0)
+    writer.add_rope_dimension_sections([3, 3, 2, 0])  # the real model: [11, 11, 10, 0] of 64
+    writer.add_expert_count(Q35_EXPERTS)
+    writer.add_expert_used_count(Q35_EXPERTS_USED)
+    writer.add_expert_feed_forward_length(Q35_FF_EXP)
+    writer.add_expert_shared_feed_forward_length(Q35_FF_SHEXP)
+    writer.add_full_attention_interval(Q35_INTERVAL)
+    writer.add_ssm_conv_kernel(Q35_CONV)
+    writer.add_ssm_state_size(Q35_STATE)
+    writer.add_ssm_group_count(Q35_GROUPS)
+    writer.add_ssm_time_step_rank(Q35_DT_RANK)
+    writer.add_ssm_inner_size(Q35_INNER)
+    writer.add_file_type(1)
+
+
+def _qwen35moe_attention(writer: GGUFWriter, rand: Rand, p: str) -> None:
+    n_embd, n_head, n_head_kv, head_dim = Q35_EMBD, Q35_HEAD, Q35_HEAD_KV, Q35_HEAD_DIM
+    writer.add_tensor(p + "attn_q.weight", rand(2 * n_head * head_dim, n_embd))
+    writer.add_tensor(p + "attn_k.weight", rand(n_head_kv * head_dim, n_embd))
+    writer.add_tensor(p + "attn_v.weight", rand(n_head_kv * head_dim, n_embd))
+    writer.add_tensor(p + "attn_output.weight", rand(n_embd, n_head * head_dim))
+    writer.add_tensor(p + "attn_q_norm.weight", ones(head_dim))
+    writer.add_tensor(p + "attn_k_norm.weight", ones(head_dim))
+
+
+def _qwen35moe_delta_net(writer: GGUFWriter, rand: Rand, p: str) -> None:
+    n_embd, dt_rank = Q35_EMBD, Q35_DT_RANK
+    writer.add_tensor(p + "attn_qkv.weight", rand(Q35_CONV_DIM, n_embd))
+    writer.add_tensor(p + "attn_gate.weight", rand(Q35_INNER, n_embd))
+    conv = (rand.rng.standard_normal((Q35_CONV_DIM, Q35_CONV)) * 0.1).astype(np.float32)
+    writer.add_tensor(p + "ssm_conv1d.weight", conv)
+    writer.add_tensor(p + "ssm_dt.bias", np.zeros(dt_rank, dtype=np.float32))
+    writer.add_tensor(p + "ssm_a", -np.ones(dt_rank, dtype=np.float32))
+    writer.add_tensor(p + "ssm_beta.weight", rand(dt_rank, n_embd))
+    writer.add_tensor(p + "ssm_alpha.weight", rand(dt_rank, n_embd))
+    writer.add_tensor(p + "ssm_norm.weight", ones(Q35_STATE))
+    writer.add_tensor(p + "ssm_out.weight", rand(n_embd, Q35_INNER))
+
+
+def _qwen35moe_experts(writer: GGUFWriter, rand: Rand, p: str) -> None:
+    n_embd, n_expert, n_ff_exp, n_ff_shexp = Q35_EMBD, Q35_EXPERTS, Q35_FF_EXP, Q35_FF_SHEXP
+    gate_inp = (rand.rng.standard_normal((n_expert, n_embd)) * 0.02).astype(np.float32)
+    writer.add_tensor(p + "ffn_gate_inp.weight", gate_inp)
+    writer.add_tensor(p + "ffn_gate_exps.weight", rand(n_expert, n_ff_exp, n_embd))
+    writer.add_tensor(p + "ffn_up_exps.weight", rand(n_expert, n_ff_exp, n_embd))
+    writer.add_tensor(p + "ffn_down_exps.weight", rand(n_expert, n_embd, n_ff_exp))
+    writer.add_tensor(p + "ffn_gate_inp_shexp.weight", ones(n_embd) * 0.02)
+    writer.add_tensor(p + "ffn_gate_shexp.weight", rand(n_ff_shexp, n_embd))
+    writer.add_tensor(p + "ffn_up_shexp.weight", rand(n_ff_shexp, n_embd))
+    writer.add_tensor(p + "ffn_down_shexp.weight", rand(n_embd, n_ff_shexp))
+
+
 def write_qwen35moe(
     writer: GGUFWriter, rand: Rand, args: argparse.Namespace, template: str
 ) -> None:
     # numpy shapes are ggml's ne reversed: {n_embd, n} in llama-model.cpp is (n, n_embd) here
-    n_embd, n_layer, interval = 64, 8, 4
-    n_head, n_head_kv, head_dim, n_rot = 16, 2, 64, 16
-    d_conv, d_state, n_group, dt_rank = 4, 128, 2, 4  # key heads x 128, value heads x 128
-    d_inner = d_state * dt_rank
-    conv_dim = 2 * n_group * d_state + d_inner
-    n_expert, n_expert_used, n_ff_exp, n_ff_shexp = 4, 2, 32, 32
-    writer.add_context_length(args.context_length)
-    writer.add_embedding_length(n_embd)
-    writer.add_block_count(n_layer)
-    writer.add_head_count(n_head)
-    writer.add_head_count_kv(n_head_kv)
-    writer.add_key_length(head_dim)
-    writer.add_value_length(head_dim)
-    writer.add_layer_norm_rms_eps(1e-6)
-    writer.add_rope_dimension_count(n_rot)
-    writer.add_rope_freq_base(10000000.0)
-    writer.add_rope_dimension_sections([3, 3, 2, 0])  # the real model: [11, 11, 10, 0] of 64
-    writer.add_expert_count(n_expert)
-    writer.add_expert_used_count(n_expert_used)
-    writer.add_expert_feed_forward_length(n_ff_exp)
-    writer.add_expert_shared_feed_forward_length(n_ff_shexp)
-    writer.add_full_attention_interval(interval)
-    writer.add_ssm_conv_kernel(d_conv)
-    writer.add_ssm_state_size(d_state)
-    writer.add_ssm_group_count(n_group)
-    writer.add_ssm_time_step_rank(dt_rank)
-    writer.add_ssm_inner_size(d_inner)
-    writer.add_file_type(1)
+    _qwen35moe_hparams(writer, args)
     n_vocab, _, _ = add_tokenizer(writer, template)
 
-    add_q8_0(writer, "token_embd.weight", rand(n_vocab, n_embd))  # tied: no output.weight
-    writer.add_tensor("output_norm.weight", ones(n_embd))
-    for i in range(n_layer):
+    add_q8_0(writer, "token_embd.weight", rand(n_vocab, Q35_EMBD))  # tied: no output.weight
+    writer.add_tensor("output_norm.weight", ones(Q35_EMBD))
+    for i in range(Q35_LAYERS):
         p = f"blk.{i}."
-        writer.add_tensor(p + "attn_norm.weight", ones(n_embd))
-        writer.add_tensor(p + "post_attention_norm.weight", ones(n_embd))
-        if (i + 1) % interval == 0:  # full attention
-            writer.add_tensor(p + "attn_q.weight", rand(2 * n_head * head_dim, n_embd))
-            writer.add_tensor(p + "attn_k.weight", rand(n_head_kv * head_dim, n_embd))
-            writer.add_tensor(p + "attn_v.weight", rand(n_head_kv * head_dim, n_embd))
-            writer.add_tensor(p + "attn_output.weight", rand(n_embd, n_head * head_dim))
-            writer.add_tensor(p + "attn_q_norm.weight", ones(head_dim))
-            writer.add_tensor(p + "attn_k_norm.weight", ones(head_dim))
+        writer.add_tensor(p + "attn_norm.weight", ones(Q35_EMBD))
+        writer.add_tensor(p + "post_attention_norm.weight", ones(Q35_EMBD))
+        if (i + 1) % Q35_INTERVAL == 0:  # full attention
+            _qwen35moe_attention(writer, rand, p)
         else:  # gated delta net
-            writer.add_tensor(p + "attn_qkv.weight", rand(conv_dim, n_embd))
-            writer.add_tensor(p + "attn_gate.weight", rand(d_inner, n_embd))
-            conv = (rand.rng.standard_normal((conv_dim, d_conv)) * 0.1).astype(np.float32)
-            writer.add_tensor(p + "ssm_conv1d.weight", conv)
-            writer.add_tensor(p + "ssm_dt.bias", np.zeros(dt_rank, dtype=np.float32))
-            writer.add_tensor(p + "ssm_a", -np.ones(dt_rank, dtype=np.float32))
-            writer.add_tensor(p + "ssm_beta.weight", rand(dt_rank, n_embd))
-            writer.add_tensor(p + "ssm_alpha.weight", rand(dt_rank, n_embd))
-            writer.add_tensor(p + "ssm_norm.weight", ones(d_state))
-            writer.add_tensor(p + "ssm_out.weight", rand(n_embd, d_inner))
-        gate_inp = (rand.rng.standard_normal((n_expert, n_embd)) * 0.02).astype(np.float32)
-        writer.add_tensor(p + "ffn_gate_inp.weight", gate_inp)
-        writer.add_tensor(p + "ffn_gate_exps.weight", rand(n_expert, n_ff_exp, n_embd))
-        writer.add_tensor(p + "ffn_up_exps.weight", rand(n_expert, n_ff_exp, n_embd))
-        writer.add_tensor(p + "ffn_down_exps.weight", rand(n_expert, n_embd, n_ff_exp))
-        writer.add_tensor(p + "ffn_gate_inp_shexp.weight", ones(n_embd) * 0.02)
-        writer.add_tensor(p + "ffn_gate_shexp.weight", rand(n_ff_shexp, n_embd))
-        writer.add_tensor(p + "ffn_up_shexp.weight", rand(n_ff_shexp, n_embd))
-        writer.add_tensor(p + "ffn_down_shexp.weight", rand(n_embd, n_ff_shexp))
+            _qwen35moe_delta_net(writer, rand, p)
+        _qwen35moe_experts(writer, rand, p)
 
 
 def main() -> int:
