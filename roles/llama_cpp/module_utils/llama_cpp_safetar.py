@@ -296,6 +296,25 @@ def install_stream(
         return dict(staging.hashes)
 
 
+def _check_build_manifest(build_dir: str, name: str, commit: str | None) -> None:
+    """The unpacked manifest.json must be JSON naming the build `name` (and `commit`, when
+    given); else UnsafeArchiveError."""
+    try:
+        with open(os.path.join(build_dir, "manifest.json"), encoding="utf-8") as f:
+            manifest = json.load(f)
+    except ValueError as exc:
+        problem = f"shipped build {name}: manifest.json is not JSON: {exc}"
+        raise UnsafeArchiveError(problem) from None
+    if not isinstance(manifest, dict) or manifest.get("name") != name:
+        got = manifest.get("name") if isinstance(manifest, dict) else None
+        raise UnsafeArchiveError(f"shipped build {name}: its manifest.json names the build {got!r}")
+    if commit and manifest.get("commit") != commit:
+        raise UnsafeArchiveError(
+            f"shipped build {name}: its manifest.json has commit "
+            f"{manifest.get('commit')!r}, this host checked out {commit}"
+        )
+
+
 def unpack_build(
     path: str,
     dest: str,
@@ -348,24 +367,7 @@ def unpack_build(
                             raise UnsafeArchiveError(f"member {m.name!r}: no data")
                         staging.add_file(m.name, src, member_mode(m))
                 staging.finalize_dirs(name)
-                manifest_path = os.path.join(staging.path, name, "manifest.json")
-                try:
-                    with open(manifest_path, encoding="utf-8") as f:
-                        manifest = json.load(f)
-                except ValueError as exc:
-                    raise UnsafeArchiveError(
-                        f"shipped build {name}: manifest.json is not JSON: {exc}"
-                    ) from None
-                if not isinstance(manifest, dict) or manifest.get("name") != name:
-                    got = manifest.get("name") if isinstance(manifest, dict) else None
-                    raise UnsafeArchiveError(
-                        f"shipped build {name}: its manifest.json names the build {got!r}"
-                    )
-                if commit and manifest.get("commit") != commit:
-                    raise UnsafeArchiveError(
-                        f"shipped build {name}: its manifest.json has commit "
-                        f"{manifest.get('commit')!r}, this host checked out {commit}"
-                    )
+                _check_build_manifest(os.path.join(staging.path, name), name, commit)
                 _replace_dir(os.path.join(staging.path, name), final)
             return {"changed": True, "sha256": actual, "members": len(members)}
     finally:
