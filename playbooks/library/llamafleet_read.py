@@ -127,99 +127,127 @@ def read_file(path, anchor="/", uid=None, max_size=1048576):
         out["problem"] = f"{path} is not below {anchor}"
         return out
     parts = path[len(anchor.rstrip("/")) + 1 :].split("/")
-    want_dir_owner = 0 if uid is None else uid
+    fd = _open_parent(anchor, parts[:-1], 0 if uid is None else uid, out)
+    if fd is None:
+        return out
+    try:
+        return _read_leaf(fd, path, parts[-1], out, uid=uid, max_size=max_size)
+    finally:
+        os.close(fd)
+
+
+def _open_parent(anchor, dirs, want_dir_owner, out):
+    """The directory `anchor`/`dirs`..., each step opened without following links and owned by
+    root or `want_dir_owner`: its fd (the caller closes it), or None when a step is missing (out
+    unchanged) or refused (out["problem"] says why)."""
     try:
         fd = os.open(anchor, DIR_FLAGS)
     except OSError as exc:
-        if exc.errno == errno.ENOENT:
-            return out
-        out["problem"] = f"{anchor}: cannot open: {exc.strerror}"
-        return out
+        if exc.errno != errno.ENOENT:
+            out["problem"] = f"{anchor}: cannot open: {exc.strerror}"
+        return None
+    kept = False
     try:
         st = os.fstat(fd)
         if st.st_uid not in (0, want_dir_owner):
             out["problem"] = (
                 f"{anchor} is owned by {_owner(st.st_uid)}, not {_owner(want_dir_owner)}"
             )
-            return out
+            return None
         here = anchor
-        for name in parts[:-1]:
+        for name in dirs:
             here = os.path.join(here, name)
             try:
                 nfd = os.open(name, DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
                 if exc.errno == errno.ENOENT:
-                    return out
+                    return None
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                     lst = os.lstat(name, dir_fd=fd)
                     kind, owner = _kind(lst.st_mode), _owner(lst.st_uid)
                     out["problem"] = f"{here} is {kind} (owned by {owner}); not followed"
                 else:
                     out["problem"] = f"{here}: cannot open: {exc.strerror}"
-                return out
+                return None
             os.close(fd)
             fd = nfd
             st = os.fstat(fd)
             if st.st_uid not in (want_dir_owner, 0):
                 owner, wanted = _owner(st.st_uid), _owner(want_dir_owner)
                 out["problem"] = f"{here} is owned by {owner}, not {wanted}; not read"
-                return out
-        try:
-            lst = os.lstat(parts[-1], dir_fd=fd)
-        except FileNotFoundError:
-            return out
-        out["exists"] = True
-        out["size"] = lst.st_size
-        if not stat.S_ISREG(lst.st_mode):
-            out["problem"] = (
-                f"{path} is {_kind(lst.st_mode)} (owned by {_owner(lst.st_uid)}); not read"
-            )
-            return out
-        try:
-            ffd = os.open(parts[-1], FILE_FLAGS, dir_fd=fd)
-        except OSError as exc:
-            out["problem"] = f"{path}: cannot open: {exc.strerror}"
-            return out
-        try:
-            fst = os.fstat(ffd)
-            problem = ""
-            if not stat.S_ISREG(fst.st_mode):
-                problem = f"{path} is {_kind(fst.st_mode)}; not read"
-            elif fst.st_nlink != 1:
-                problem = f"{path} has {fst.st_nlink} hard links; not read"
-            elif uid is not None and fst.st_uid != uid:
-                problem = f"{path} is owned by {_owner(fst.st_uid)}, not {_owner(uid)}; not read"
-            elif fst.st_size > max_size:
-                problem = f"{path} is {fst.st_size} bytes, more than the {max_size} read; not read"
-            if problem:
-                out["problem"] = problem
-                return out
-            chunks = []
-            left = max_size + 1
-            while left > 0:
-                try:
-                    chunk = os.read(ffd, min(65536, left))
-                except BlockingIOError:
-                    break
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                left -= len(chunk)
-            data = b"".join(chunks)
-            if len(data) > max_size:
-                out["problem"] = f"{path} grew past {max_size} bytes while read; not read"
-                return out
-            out.update(
-                content=data,
-                mode=f"{stat.S_IMODE(fst.st_mode):04o}",
-                uid=fst.st_uid,
-                size=len(data),
-            )
-            return out
-        finally:
-            os.close(ffd)
+                return None
+        kept = True
+        return fd
     finally:
-        os.close(fd)
+        if not kept:
+            os.close(fd)
+
+
+def _read_leaf(fd, path, leaf, out, *, uid, max_size):
+    """Read the regular file `leaf` of the directory `fd` (the whole `path`, for messages) into
+    `out`: not a link, one hard link, owned by `uid` (when given), at most `max_size` bytes."""
+    try:
+        lst = os.lstat(leaf, dir_fd=fd)
+    except FileNotFoundError:
+        return out
+    out["exists"] = True
+    out["size"] = lst.st_size
+    if not stat.S_ISREG(lst.st_mode):
+        out["problem"] = f"{path} is {_kind(lst.st_mode)} (owned by {_owner(lst.st_uid)}); not read"
+        return out
+    try:
+        ffd = os.open(leaf, FILE_FLAGS, dir_fd=fd)
+    except OSError as exc:
+        out["problem"] = f"{path}: cannot open: {exc.strerror}"
+        return out
+    try:
+        fst = os.fstat(ffd)
+        problem = _opened_file_problem(fst, path, uid, max_size)
+        if problem:
+            out["problem"] = problem
+            return out
+        data = _read_at_most(ffd, max_size + 1)
+        if len(data) > max_size:
+            out["problem"] = f"{path} grew past {max_size} bytes while read; not read"
+            return out
+        out.update(
+            content=data,
+            mode=f"{stat.S_IMODE(fst.st_mode):04o}",
+            uid=fst.st_uid,
+            size=len(data),
+        )
+        return out
+    finally:
+        os.close(ffd)
+
+
+def _opened_file_problem(fst, path, uid, max_size):
+    """Why the opened file is not read ("" when it is)."""
+    if not stat.S_ISREG(fst.st_mode):
+        return f"{path} is {_kind(fst.st_mode)}; not read"
+    if fst.st_nlink != 1:
+        return f"{path} has {fst.st_nlink} hard links; not read"
+    if uid is not None and fst.st_uid != uid:
+        return f"{path} is owned by {_owner(fst.st_uid)}, not {_owner(uid)}; not read"
+    if fst.st_size > max_size:
+        return f"{path} is {fst.st_size} bytes, more than the {max_size} read; not read"
+    return ""
+
+
+def _read_at_most(ffd, limit):
+    """Up to `limit` bytes of `ffd` (less at its end, or when a non-blocking read would wait)."""
+    chunks = []
+    left = limit
+    while left > 0:
+        try:
+            chunk = os.read(ffd, min(65536, left))
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
 def drop_privileges(uid, gid, groups):
