@@ -480,41 +480,59 @@ def _user_dir(path, account, create, check_mode):
             )
         for index, comp in enumerate(rel):
             display = os.path.join(display, comp)
-            sub = _open_dir(comp, fd, display, account.name)
-            if sub is None:
-                if check_mode:
-                    os.close(fd)
-                    return None, True
-                if not create:
-                    raise SettingsError(f"{display} does not exist and create=false")
-                try:
-                    os.mkdir(comp, DIR_MODE, dir_fd=fd)
-                except FileExistsError:
-                    pass
-                except OSError as exc:
-                    raise SettingsError(
-                        f"{display}: cannot create it as {account.name}: {exc.strerror}"
-                    ) from None
-                changed = True
-                sub = _open_dir(comp, fd, display, account.name)
-                if sub is None:
-                    raise SettingsError(f"{display} vanished while it was created; run again.")
+            sub, made = _open_or_make_dir(
+                comp, fd, display, account, create=create, check_mode=check_mode
+            )
+            if sub is None:  # check mode: it would be made
+                os.close(fd)
+                return None, True
             os.close(fd)
             fd = sub
-            st = os.fstat(fd)
-            if st.st_uid != account.uid:
-                raise SettingsError(
-                    f"{display} is owned by {_who(st.st_uid)}, not {account.name}; refusing to "
-                    f"use it. Remove it (or give it to {account.name}) and run again."
-                )
-            if index == len(rel) - 1 and stat.S_IMODE(st.st_mode) != DIR_MODE:
-                if not check_mode:
-                    os.fchmod(fd, DIR_MODE)
-                changed = True
+            last = index == len(rel) - 1
+            changed = _check_user_dir(fd, display, account, last, check_mode) or made or changed
     except BaseException:
         _close(fd)
         raise
     return fd, changed
+
+
+def _open_or_make_dir(comp, fd, display, account, *, create, check_mode):
+    """(fd of the directory comp of fd, made?); (None, True) in check mode when it is missing."""
+    sub = _open_dir(comp, fd, display, account.name)
+    if sub is not None:
+        return sub, False
+    if check_mode:
+        return None, True
+    if not create:
+        raise SettingsError(f"{display} does not exist and create=false")
+    try:
+        os.mkdir(comp, DIR_MODE, dir_fd=fd)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise SettingsError(
+            f"{display}: cannot create it as {account.name}: {exc.strerror}"
+        ) from None
+    sub = _open_dir(comp, fd, display, account.name)
+    if sub is None:
+        raise SettingsError(f"{display} vanished while it was created; run again.")
+    return sub, True
+
+
+def _check_user_dir(fd, display, account, last, check_mode):
+    """The directory must be the account's; the last one gets DIR_MODE. True when that changed
+    (or would change) its mode."""
+    st = os.fstat(fd)
+    if st.st_uid != account.uid:
+        raise SettingsError(
+            f"{display} is owned by {_who(st.st_uid)}, not {account.name}; refusing to "
+            f"use it. Remove it (or give it to {account.name}) and run again."
+        )
+    if last and stat.S_IMODE(st.st_mode) != DIR_MODE:
+        if not check_mode:
+            os.fchmod(fd, DIR_MODE)
+        return True
+    return False
 
 
 def _check_root_dir(fd, display, path):
@@ -568,6 +586,56 @@ def _root_dir(path, anchor, check_mode):
     return fd
 
 
+def _open_error(exc, name, dfd, display, owner):
+    """The SettingsError for a settings file that could not be opened: what is in its place."""
+    st = _lstat(name, dfd)
+    if exc.errno in (errno.ELOOP, errno.EMLINK) or (st and stat.S_ISLNK(st.st_mode)):
+        by = f" (owned by {_who(st.st_uid)})" if st else ""
+        return SettingsError(
+            f"{display} is a symbolic link{by}; refusing to follow it. Remove it (or replace "
+            f"it with a regular file owned by {owner}) and run again."
+        )
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        return SettingsError(
+            f"{display} is a {_kind(st.st_mode)}, not a regular file; refusing to use it. "
+            "Remove it and run again."
+        )
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        by = f", owned by {_who(st.st_uid)}" if st else ""
+        return SettingsError(
+            f"{display} cannot be read by {owner} (permission denied{by}); it was left "
+            f"unchanged. Give it to {owner} (or remove it) and run again."
+        )
+    return SettingsError(f"{display}: cannot open it as {owner}: {exc.strerror}")
+
+
+def _check_settings_file(st, display, account, owner, max_size):
+    """The opened settings file must be a regular file of the account, with one name, at most
+    max_size bytes; else SettingsError."""
+    if not stat.S_ISREG(st.st_mode):
+        raise SettingsError(
+            f"{display} is a {_kind(st.st_mode)}, not a regular file; refusing to use it. "
+            "Remove it and run again."
+        )
+    if account is not None and st.st_uid != account.uid:
+        raise SettingsError(
+            f"{display} is owned by {_who(st.st_uid)}, not {owner}; refusing to use it. Give "
+            f"it to {owner} (or remove it) and run again."
+        )
+    if st.st_nlink != 1:
+        raise SettingsError(
+            f"{display} has {st.st_nlink} hard links (the same file has another name "
+            "elsewhere); refusing to use it. Replace it with a copy of its own (cp it to a "
+            "new name and mv that over it) and run again."
+        )
+    if st.st_size > max_size:
+        raise SettingsError(
+            f"{display} is {st.st_size} bytes, more than the {max_size}-byte limit "
+            "(max_size); refusing to read it. It was left unchanged: shrink or remove it, "
+            "then run again."
+        )
+
+
 def _read_existing(dfd, name, display, account, max_size):
     """Open and read the settings file; (fd, stat, bytes), or (None, None, b"") when missing."""
     owner = account.name if account is not None else "root"
@@ -576,49 +644,10 @@ def _read_existing(dfd, name, display, account, max_size):
     except FileNotFoundError:
         return None, None, b""
     except OSError as exc:
-        st = _lstat(name, dfd)
-        if exc.errno in (errno.ELOOP, errno.EMLINK) or (st and stat.S_ISLNK(st.st_mode)):
-            by = f" (owned by {_who(st.st_uid)})" if st else ""
-            raise SettingsError(
-                f"{display} is a symbolic link{by}; refusing to follow it. Remove it (or replace "
-                f"it with a regular file owned by {owner}) and run again."
-            ) from None
-        if st is not None and not stat.S_ISREG(st.st_mode):
-            raise SettingsError(
-                f"{display} is a {_kind(st.st_mode)}, not a regular file; refusing to use it. "
-                "Remove it and run again."
-            ) from None
-        if exc.errno in (errno.EACCES, errno.EPERM):
-            by = f", owned by {_who(st.st_uid)}" if st else ""
-            raise SettingsError(
-                f"{display} cannot be read by {owner} (permission denied{by}); it was left "
-                f"unchanged. Give it to {owner} (or remove it) and run again."
-            ) from None
-        raise SettingsError(f"{display}: cannot open it as {owner}: {exc.strerror}") from None
+        raise _open_error(exc, name, dfd, display, owner) from None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise SettingsError(
-                f"{display} is a {_kind(st.st_mode)}, not a regular file; refusing to use it. "
-                "Remove it and run again."
-            )
-        if account is not None and st.st_uid != account.uid:
-            raise SettingsError(
-                f"{display} is owned by {_who(st.st_uid)}, not {owner}; refusing to use it. Give "
-                f"it to {owner} (or remove it) and run again."
-            )
-        if st.st_nlink != 1:
-            raise SettingsError(
-                f"{display} has {st.st_nlink} hard links (the same file has another name "
-                "elsewhere); refusing to use it. Replace it with a copy of its own (cp it to a "
-                "new name and mv that over it) and run again."
-            )
-        if st.st_size > max_size:
-            raise SettingsError(
-                f"{display} is {st.st_size} bytes, more than the {max_size}-byte limit "
-                "(max_size); refusing to read it. It was left unchanged: shrink or remove it, "
-                "then run again."
-            )
+        _check_settings_file(st, display, account, owner, max_size)
         chunks = []
         total = 0
         while total <= max_size:
@@ -651,15 +680,12 @@ def _unlink_quiet(dfd, name):
         os.unlink(name, dir_fd=dfd)
 
 
-def _write_new(dfd, make_name, content, *, mode, owner, display_dir, keep_open=False):
-    """Write content to a new file (a fresh name, created exclusively, never through a link);
-    owner is (uid, gid) for fchown (-1 keeps one) or None. Returns (name, fd): with keep_open
-    fd stays open and is not synced yet (the caller does both), else it is None."""
+def _create_exclusive(dfd, make_name, display_dir):
+    """(name, fd) of a new file, created exclusively under a fresh name from make_name."""
     for _ in range(NAME_ATTEMPTS):
         name = make_name()
         try:
-            fd = os.open(name, CREATE_FLAGS, NEW_FILE_MODE, dir_fd=dfd)
-            break
+            return name, os.open(name, CREATE_FLAGS, NEW_FILE_MODE, dir_fd=dfd)
         except FileExistsError:
             continue
         except OSError as exc:
@@ -667,10 +693,16 @@ def _write_new(dfd, make_name, content, *, mode, owner, display_dir, keep_open=F
                 f"{os.path.join(display_dir, name)}: cannot create it as "
                 f"{_who(os.geteuid())}: {exc.strerror}"
             ) from None
-    else:
-        raise SettingsError(
-            f"{display_dir}: no free name for a new file after {NAME_ATTEMPTS} attempts"
-        )
+    raise SettingsError(
+        f"{display_dir}: no free name for a new file after {NAME_ATTEMPTS} attempts"
+    )
+
+
+def _write_new(dfd, make_name, content, *, mode, owner, display_dir, keep_open=False):
+    """Write content to a new file (a fresh name, created exclusively, never through a link);
+    owner is (uid, gid) for fchown (-1 keeps one) or None. Returns (name, fd): with keep_open
+    fd stays open and is not synced yet (the caller does both), else it is None."""
+    name, fd = _create_exclusive(dfd, make_name, display_dir)
     try:
         try:
             view = memoryview(content)
@@ -743,12 +775,9 @@ def _replace(dfd, name, content, *, mode, owner, display_dir):
     )
 
 
-def update_settings(path, opts, account=None, *, check_mode=False, want_diff=False, anchor="/"):
-    """Read, merge and (unless check_mode) write one settings file; returns the module result.
-
-    account (an Account) is the user whose file it is; the caller must already run as that
-    user (run_dropped). Without it the caller is root and every directory from anchor down to
-    the file must be root's and not writable by group or others. Raises SettingsError."""
+def _settings_path(path, account):
+    """(normalized path, its directory, its name); the path must be absolute and name a file,
+    and a user's file must be written as that user."""
     path = os.path.normpath(path)
     if not os.path.isabs(path):
         raise SettingsError(f"{path}: the path must be absolute")
@@ -760,10 +789,74 @@ def update_settings(path, opts, account=None, *, check_mode=False, want_diff=Fal
             f"internal error: {path} must be written as {account.name} (uid {account.uid}), "
             f"not as uid {os.geteuid()}"
         )
+    return path, dirpath, name
+
+
+def _settings_dir(path, account, opts, anchor, check_mode):
+    """(fd of the file's directory or None, changed): a user's from the home, root's from anchor."""
     if account is not None:
-        dfd, dir_changed = _user_dir(path, account, opts["create"], check_mode or opts["read_only"])
-    else:
-        dfd, dir_changed = _root_dir(path, anchor, check_mode or opts["read_only"]), False
+        return _user_dir(path, account, opts["create"], check_mode)
+    return _root_dir(path, anchor, check_mode), False
+
+
+def _diff(path, before, after, opts):
+    """The module's diff of the settings, secrets masked; before is None for a new file."""
+    secrets = set(SECRET_KEYS) | {opts["token_key"]}
+    return {
+        "before_header": path,
+        "after_header": path,
+        "before": _dump(_masked(before, secrets)) if before is not None else "",
+        "after": _dump(_masked(after, secrets)),
+    }
+
+
+def _read_only_result(path, raw, st):
+    """The module result of read_only: the file's content and mode, nothing changed."""
+    return {
+        "changed": False,
+        "settings_path": path,
+        "exists": st is not None,
+        "content": base64.b64encode(raw).decode("ascii"),
+        "file_mode": f"{stat.S_IMODE(st.st_mode):04o}" if st is not None else "",
+        "moved": [],
+        "changed_keys": [],
+    }
+
+
+def _wanted_attrs(opts, account, st):
+    """(mode, uid, gid, owner for fchown) the file should have; st is the existing file's stat
+    (None: a new file). A user's file is the user's; root's keeps its owner unless opts say."""
+    old_mode = stat.S_IMODE(st.st_mode) if st is not None else NEW_FILE_MODE
+    mode = opts["mode"] if opts["mode"] is not None else old_mode
+    if account is not None:
+        return mode, account.uid, account.gid, (-1, account.gid)
+    uid, gid = (st.st_uid, st.st_gid) if st is not None else (os.geteuid(), os.getegid())
+    uid = uid if opts["uid"] is None else opts["uid"]
+    gid = gid if opts["gid"] is None else opts["gid"]
+    return mode, uid, gid, (uid, gid)
+
+
+def _backup(dfd, name, raw, owner, dirpath):
+    """A copy of the old content beside the file (mode 0600: it may hold a key); its name."""
+    backup, _ = _write_new(
+        dfd,
+        lambda: f"{name}.{_timestamp()}.{_random_token()}~",
+        raw,
+        mode=0o600,
+        owner=owner,
+        display_dir=dirpath,
+    )
+    return backup
+
+
+def update_settings(path, opts, account=None, *, check_mode=False, want_diff=False, anchor="/"):
+    """Read, merge and (unless check_mode) write one settings file; returns the module result.
+
+    account (an Account) is the user whose file it is; the caller must already run as that
+    user (run_dropped). Without it the caller is root and every directory from anchor down to
+    the file must be root's and not writable by group or others. Raises SettingsError."""
+    path, dirpath, name = _settings_path(path, account)
+    dfd, dir_changed = _settings_dir(path, account, opts, anchor, check_mode or opts["read_only"])
     fd = None
     try:
         st, raw = None, b""
@@ -771,32 +864,14 @@ def update_settings(path, opts, account=None, *, check_mode=False, want_diff=Fal
             fd, st, raw = _read_existing(dfd, name, path, account, opts["max_size"])
         exists = fd is not None
         if opts["read_only"]:
-            return {
-                "changed": False,
-                "settings_path": path,
-                "exists": exists,
-                "content": base64.b64encode(raw).decode("ascii"),
-                "file_mode": f"{stat.S_IMODE(st.st_mode):04o}" if exists else "",
-                "moved": [],
-                "changed_keys": [],
-            }
+            return _read_only_result(path, raw, st)
         if not exists and not opts["create"]:
             raise SettingsError(f"{path} does not exist and create=false")
         data = _parse(raw, path)
         before = copy.deepcopy(data)
         changed_keys, moved = merge_settings(data, opts, path)
         content_changed = (not exists) or data != before
-
-        old_mode = stat.S_IMODE(st.st_mode) if exists else NEW_FILE_MODE
-        mode = opts["mode"] if opts["mode"] is not None else old_mode
-        if account is not None:
-            uid, gid = account.uid, account.gid
-            owner = (-1, gid)
-        else:
-            uid, gid = (st.st_uid, st.st_gid) if exists else (os.geteuid(), os.getegid())
-            uid = uid if opts["uid"] is None else opts["uid"]
-            gid = gid if opts["gid"] is None else opts["gid"]
-            owner = (uid, gid)
+        mode, uid, gid, owner = _wanted_attrs(opts, account, st)
         attrs_changed = exists and (
             stat.S_IMODE(st.st_mode) != mode or st.st_uid != uid or st.st_gid != gid
         )
@@ -808,27 +883,14 @@ def update_settings(path, opts, account=None, *, check_mode=False, want_diff=Fal
             "changed_keys": changed_keys,
         }
         if content_changed and want_diff:
-            secrets = set(SECRET_KEYS) | {opts["token_key"]}
-            result["diff"] = {
-                "before_header": path,
-                "after_header": path,
-                "before": _dump(_masked(before, secrets)) if exists else "",
-                "after": _dump(_masked(data, secrets)),
-            }
+            result["diff"] = _diff(path, before if exists else None, data, opts)
         if check_mode:
             return result
 
         if content_changed:
             if exists and opts["backup"]:
                 backup_owner = owner if account is not None else (st.st_uid, st.st_gid)
-                backup, _ = _write_new(
-                    dfd,
-                    lambda: f"{name}.{_timestamp()}.{_random_token()}~",
-                    raw,
-                    mode=0o600,  # it may hold a key
-                    owner=backup_owner,
-                    display_dir=dirpath,
-                )
+                backup = _backup(dfd, name, raw, backup_owner, dirpath)
                 result["backup_file"] = os.path.join(dirpath, backup)
             _replace(
                 dfd, name, _dump(data).encode("utf-8"), mode=mode, owner=owner, display_dir=dirpath
