@@ -369,140 +369,180 @@ def fetch(p, check_mode=False):
     check_name(name)
     probe = p["state"] == "probe"
     modify = not check_mode and not probe
-    owners = (0, takeover_uid)
     result = {"changed": False, "dest": dest, "valid": False, "resumed_from": 0, "actions": []}
-    actions = result["actions"]
     with walk_dir(
         ddir, p["base"] or ddir, takeover_uid=takeover_uid, modify=modify, create=True
     ) as w:
-        actions.extend(f"{path}: {b} -> {a}" for path, b, a in w.changes)
+        result["actions"].extend(f"{path}: {b} -> {a}" for path, b, a in w.changes)
         result["changed"] = bool(w.changes) and not probe
-        dfd, dpath = w.fd, w.path
-        # a directory that is not (yet) root's in check mode or for a probe: look, never touch
-        settled = w.exists and not w.changes
-        reserve = p["min_free_mb"] * 1024 * 1024
-
-        def check_space(total, have=0):
-            if total is None:
-                return
-            need = max(total - have, 0) + reserve
-            st = os.fstatvfs(dfd)
-            avail = st.f_bavail * st.f_frsize
-            if avail < need:
-                raise FetchError(
-                    f"Not enough free space in {dpath} for {name}: {human(need)} needed "
-                    f"({human(max(total - have, 0))} to download + {human(reserve)} reserve), "
-                    f"{human(avail)} free.",
-                    result,
-                )
-
-        if not w.exists:  # check mode or probe: the directory is not there yet
-            check_space(p["size"])
-            result["changed"] = not probe
-            result["diff"] = _diff([*w.changes, (dest, "absent", f"sha256 {want}")], dest)
-            return result
-
-        # 1. Already in place?
-        valid, before, fixes = _in_place(
-            dfd,
-            dpath,
-            name,
-            want,
-            verify_existing=p["verify_existing"],
-            owners=owners,
-            modify=modify,
+        return _fetch_in(
+            w,
+            p,
+            dest=dest,
+            want=want,
+            owners=(0, takeover_uid),
+            check_mode=check_mode,
             result=result,
         )
-        if valid:
-            actions.extend(f"{path}: {b} -> {a}" for path, b, a in fixes)
-            if fixes and not probe:
-                result["changed"] = True
-            if result["changed"]:
-                result["diff"] = _diff(w.changes + fixes, dest)
-            return result
 
-        part = name + ".part"
-        lst = lstat_entry(dfd, part)
-        have = lst.st_size if lst is not None and entry_problem(lst, owners) is None else 0
 
-        if probe:
-            if not check_mode and settled:
-                for tname in (part, name + ".sha256.tmp"):
-                    gone = remove_unsafe_temp(dfd, dpath, tname, owners)
-                    if gone:
-                        actions.append(gone)
-                        result["changed"] = True
-            check_space(p["size"], have)
-            return result
+def _fetch_in(w, p, *, dest, want, owners, check_mode, result):
+    """fetch's work in the opened directory `w`."""
+    name = os.path.basename(dest)
+    probe = p["state"] == "probe"
+    dfd, dpath = w.fd, w.path
+    # a directory that is not (yet) root's in check mode or for a probe: look, never touch
+    settled = w.exists and not w.changes
+    reserve = p["min_free_mb"] * 1024 * 1024
 
-        result["changed"] = True
-        result["diff"] = _diff(
-            [*w.changes, (dest, before, f"sha256 {want} root:root {FILE_MODE:04o}")], dest
-        )
-        if check_mode:
-            return result
+    def check_space(total, have=0):
+        _check_space(dfd, dpath, name, total, have, reserve=reserve, result=result)
 
-        # 2. Download (resuming) into <dest>.part, a root-owned regular file with one link
-        for tname in (part, name + ".sha256.tmp"):
-            gone = remove_unsafe_temp(dfd, dpath, tname, owners)
-            if gone:
-                actions.append(gone)
-        pfd = None
-        have = 0
-        opened = open_regular(dfd, dpath, part, os.O_RDWR, owners)
-        if opened is not None:
-            pfd, pst = opened
-            if not is_clean(pst, TEMP_MODE):
-                os.fchown(pfd, 0, 0)
-                os.fchmod(pfd, TEMP_MODE)
-                actions.append(f"{join(dpath, part)}: {describe(pst)} -> root:root 0600")
-            have = pst.st_size
-        try:
-            if p["url"]:
-                pfd, have = _download(
-                    p, dfd, part, pfd, have, check_space=check_space, result=result
-                )
-            elif pfd is None:
-                raise FetchError(
-                    f"Neither url nor a copied {join(dpath, part)} to finalize", result
-                )
-            if pfd is None:  # an empty download
-                pfd = create_exclusive(dfd, part, TEMP_MODE)
-
-            # 3. Verify, then rename
-            got = sha256_fd(pfd)
-            if got != want:
-                os.unlink(part, dir_fd=dfd)
-                raise FetchError(
-                    f"sha256 mismatch for {name}: expected {want}, got {got}. The download was "
-                    f"deleted; nothing was written to {dest}.",
-                    result,
-                )
-            if p["check_magic"]:
-                magic = os.pread(pfd, 4, 0)
-                if magic != b"GGUF":
-                    os.unlink(part, dir_fd=dfd)
-                    raise FetchError(
-                        f"{name} is not a GGUF file (magic {magic!r}); nothing was written to "
-                        f"{dest}.",
-                        result,
-                    )
-            os.fsync(pfd)
-            os.fchmod(pfd, FILE_MODE)
-            size = os.fstat(pfd).st_size
-        finally:
-            if pfd is not None:
-                os.close(pfd)
-        side = name + ".sha256"
-        slst = lstat_entry(dfd, side)
-        if slst is not None:
-            if stat.S_ISDIR(slst.st_mode):
-                raise UnsafePathError(f"{join(dpath, side)} is a directory. Fix: remove it.")
-            os.unlink(side, dir_fd=dfd)
-        os.rename(part, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        replace_file(dfd, dpath, side, sidecar_bytes(got, name))
-        result.update(valid=True, size=size, sha256=got)
+    if not w.exists:  # check mode or probe: the directory is not there yet
+        check_space(p["size"])
+        result["changed"] = not probe
+        result["diff"] = _diff([*w.changes, (dest, "absent", f"sha256 {want}")], dest)
         return result
+
+    # 1. Already in place?
+    valid, before, fixes = _in_place(
+        dfd,
+        dpath,
+        name,
+        want,
+        verify_existing=p["verify_existing"],
+        owners=owners,
+        modify=not check_mode and not probe,
+        result=result,
+    )
+    if valid:
+        result["actions"].extend(f"{path}: {b} -> {a}" for path, b, a in fixes)
+        if fixes and not probe:
+            result["changed"] = True
+        if result["changed"]:
+            result["diff"] = _diff(w.changes + fixes, dest)
+        return result
+
+    part = name + ".part"
+    lst = lstat_entry(dfd, part)
+    have = lst.st_size if lst is not None and entry_problem(lst, owners) is None else 0
+
+    if probe:
+        if not check_mode and settled:
+            _remove_unsafe_temps(dfd, dpath, name, owners, result)
+        check_space(p["size"], have)
+        return result
+
+    result["changed"] = True
+    result["diff"] = _diff(
+        [*w.changes, (dest, before, f"sha256 {want} root:root {FILE_MODE:04o}")], dest
+    )
+    if check_mode:
+        return result
+    got, size = _download_verified(
+        p, dfd, dpath, dest=dest, want=want, owners=owners, check_space=check_space, result=result
+    )
+    _install(dfd, dpath, part, name, got)
+    result.update(valid=True, size=size, sha256=got)
+    return result
+
+
+def _download_verified(p, dfd, dpath, *, dest, want, owners, check_space, result):
+    """Download (resuming) into <name>.part, a root-owned regular file with one link, and verify
+    it; its (sha256, size)."""
+    name = os.path.basename(dest)
+    part = name + ".part"
+    _remove_unsafe_temps(dfd, dpath, name, owners, result, changed=False)
+    pfd, have = _open_part(dfd, dpath, part, owners, result["actions"])
+    try:
+        if p["url"]:
+            pfd, have = _download(p, dfd, part, pfd, have, check_space=check_space, result=result)
+        elif pfd is None:
+            raise FetchError(f"Neither url nor a copied {join(dpath, part)} to finalize", result)
+        if pfd is None:  # an empty download
+            pfd = create_exclusive(dfd, part, TEMP_MODE)
+        return _verify_part(pfd, dfd, part, dest=dest, want=want, p=p, result=result)
+    finally:
+        if pfd is not None:
+            os.close(pfd)
+
+
+def _check_space(dfd, dpath, name, total, have=0, *, reserve, result):
+    """Refuse (FetchError) when the directory lacks room for the rest of `total` bytes (None:
+    unknown, not checked) plus the `reserve`."""
+    if total is None:
+        return
+    need = max(total - have, 0) + reserve
+    st = os.fstatvfs(dfd)
+    avail = st.f_bavail * st.f_frsize
+    if avail < need:
+        raise FetchError(
+            f"Not enough free space in {dpath} for {name}: {human(need)} needed "
+            f"({human(max(total - have, 0))} to download + {human(reserve)} reserve), "
+            f"{human(avail)} free.",
+            result,
+        )
+
+
+def _remove_unsafe_temps(dfd, dpath, name, owners, result, *, changed=True):
+    """Remove a <name>.part or <name>.sha256.tmp that is not a clean temporary file of ours;
+    each removal is an action (and a change, with `changed`)."""
+    for tname in (name + ".part", name + ".sha256.tmp"):
+        gone = remove_unsafe_temp(dfd, dpath, tname, owners)
+        if gone:
+            result["actions"].append(gone)
+            if changed:
+                result["changed"] = True
+
+
+def _open_part(dfd, dpath, part, owners, actions):
+    """(fd, size) of an existing partial download, made root's 0600; (None, 0) when none."""
+    opened = open_regular(dfd, dpath, part, os.O_RDWR, owners)
+    if opened is None:
+        return None, 0
+    pfd, pst = opened
+    if not is_clean(pst, TEMP_MODE):
+        os.fchown(pfd, 0, 0)
+        os.fchmod(pfd, TEMP_MODE)
+        actions.append(f"{join(dpath, part)}: {describe(pst)} -> root:root 0600")
+    return pfd, pst.st_size
+
+
+def _verify_part(pfd, dfd, part, *, dest, want, p, result):
+    """The download's (sha256, size) once it has the expected sha256 (and GGUF magic, with
+    check_magic), synced and mode FILE_MODE; else it is deleted and FetchError raised."""
+    name = os.path.basename(dest)
+    got = sha256_fd(pfd)
+    if got != want:
+        os.unlink(part, dir_fd=dfd)
+        raise FetchError(
+            f"sha256 mismatch for {name}: expected {want}, got {got}. The download was "
+            f"deleted; nothing was written to {dest}.",
+            result,
+        )
+    if p["check_magic"]:
+        magic = os.pread(pfd, 4, 0)
+        if magic != b"GGUF":
+            os.unlink(part, dir_fd=dfd)
+            raise FetchError(
+                f"{name} is not a GGUF file (magic {magic!r}); nothing was written to {dest}.",
+                result,
+            )
+    os.fsync(pfd)
+    os.fchmod(pfd, FILE_MODE)
+    return got, os.fstat(pfd).st_size
+
+
+def _install(dfd, dpath, part, name, got):
+    """Rename the verified download to its final name and write its sidecar."""
+    side = name + ".sha256"
+    slst = lstat_entry(dfd, side)
+    if slst is not None:
+        if stat.S_ISDIR(slst.st_mode):
+            raise UnsafePathError(f"{join(dpath, side)} is a directory. Fix: remove it.")
+        os.unlink(side, dir_fd=dfd)
+    os.rename(part, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    replace_file(dfd, dpath, side, sidecar_bytes(got, name))
 
 
 def _in_place(dfd, dpath, name, want, *, verify_existing, owners, modify, result):
@@ -550,7 +590,8 @@ def _in_place(dfd, dpath, name, want, *, verify_existing, owners, modify, result
         os.close(fd)
 
 
-def _download(p, dfd, part, pfd, have, *, check_space, result):
+def _remote_size(p, result):
+    """The size the server names in answer to HEAD, else the `size` option (None: unknown)."""
     total = p["size"]
     try:
         head = open_following(p, "HEAD")
@@ -561,20 +602,33 @@ def _download(p, dfd, part, pfd, have, *, check_space, result):
         raise FetchError(str(e), result) from e
     except Exception as e:  # some servers refuse HEAD; the size then comes from GET
         result["head_error"] = str(e)
+    return total
+
+
+def _get(p, have, result):
+    """The GET response from byte `have` on; None when the server says the range is past the end
+    (the partial file is already complete)."""
+    try:
+        return open_following(p, "GET", {"Range": f"bytes={have}-"} if have else None)
+    except FetchError as e:
+        raise FetchError(str(e), result) from e
+    except Exception as e:  # reported to the user
+        if getattr(e, "code", None) == 416 and have:
+            return None
+        raise FetchError("Download of {} failed: {}".format(p["url"], e), result) from e
+
+
+def _download(p, dfd, part, pfd, have, *, check_space, result):
+    total = _remote_size(p, result)
     if total is not None and have > total:
         os.ftruncate(pfd, 0)
         have = 0
     check_space(total, have)
     if total is not None and have >= total:
         return pfd, have
-    try:
-        resp = open_following(p, "GET", {"Range": f"bytes={have}-"} if have else None)
-    except FetchError as e:
-        raise FetchError(str(e), result) from e
-    except Exception as e:  # reported to the user
-        if getattr(e, "code", None) == 416 and have:
-            return pfd, have  # the partial file is already complete
-        raise FetchError("Download of {} failed: {}".format(p["url"], e), result) from e
+    resp = _get(p, have, result)
+    if resp is None:
+        return pfd, have  # the partial file is already complete
     status = getattr(resp, "status", None) or resp.getcode()
     if have and status != 206:
         have = 0  # the server ignored the range: start over
