@@ -211,19 +211,7 @@ def walk_dir(path, base=None, *, takeover_uid=None, modify=True, create=True):
     directory (`exists` false). Raises UnsafePathError."""
     path = os.path.normpath(path)
     base = os.path.normpath(base or path)
-    if not os.path.isabs(path) or not os.path.isabs(base):
-        raise UnsafePathError(f"{path}: the directory must be an absolute path")
-    if base == "/":
-        raise UnsafePathError("the models directory must not be /")
-    if path != base and not path.startswith(base + "/"):
-        raise UnsafePathError(f"{path} is not below the models directory {base}")
-    for comp in _components(path):
-        if has_control(comp):
-            raise UnsafePathError(f"{path!r}: directory names must not contain control characters")
-    base_parts = _components(base)
-    todo = collections.deque((c, False) for c in base_parts[:-1])
-    todo.append((base_parts[-1], True))
-    todo.extend((c, True) for c in _components(path[len(base) :]))
+    todo = _walk_todo(path, base)
     changes = []
     stack = [(os.open("/", DIR_FLAGS), "/")]
     try:
@@ -239,58 +227,16 @@ def walk_dir(path, base=None, *, takeover_uid=None, modify=True, create=True):
                 continue
             pfd, ppath = stack[-1]
             here = join(ppath, name)
-            created = False
-            try:
-                lst = os.stat(name, dir_fd=pfd, follow_symlinks=False)
-            except FileNotFoundError:
-                if not (modify and create):
-                    want = "directory root:root 0755"
-                    changes.append((here, "absent", want))
-                    for rest, _ in todo:
-                        if rest != "..":
-                            here = join(here, rest)
-                            changes.append((here, "absent", want))
-                    return DirWalk(stack.pop()[0], ppath, False, changes)
-                try:
-                    os.mkdir(name, 0o700, dir_fd=pfd)  # opened to others once root:root 0755
-                    created = True
-                except FileExistsError:
-                    pass
-                lst = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+            lst, created = _stat_or_make(name, pfd, make=modify and create)
+            if lst is None:
+                _record_absent(here, todo, changes)
+                return DirWalk(stack.pop()[0], ppath, False, changes)
             if stat.S_ISLNK(lst.st_mode):
-                if lst.st_uid != 0:
-                    raise _link_error(here, lst)
-                if lst.st_nlink != 1:
-                    raise UnsafePathError(
-                        f"{here} is a symbolic link with {lst.st_nlink} hard links (a link made "
-                        f"to root's link by another account?). Fix: remove {here} and rerun."
-                    )
-                links += 1
-                if links > MAX_LINKS:
-                    raise UnsafePathError(f"{here}: too many levels of symbolic links")
-                target = os.readlink(name, dir_fd=pfd)
-                if has_control(target):
-                    raise UnsafePathError(f"{here} points at a name with control characters")
-                parts = _components(target)
-                if target.startswith("/"):
-                    while len(stack) > 1:
-                        os.close(stack.pop()[0])
-                new = [(c, False) for c in parts]
-                if new:  # the link's target takes the place of the link
-                    new[-1] = (new[-1][0], managed)
-                todo.extendleft(reversed(new))
-                continue
-            if not stat.S_ISDIR(lst.st_mode):
-                raise UnsafePathError(
-                    f"{here} is {kind(lst.st_mode)} owned by {owner_name(lst.st_uid)}, not a "
-                    f"directory. Fix: move it away and rerun."
+                links = _follow_link(
+                    name, pfd, here, lst, links=links, managed=managed, stack=stack, todo=todo
                 )
-            try:
-                fd = os.open(name, DIR_FLAGS, dir_fd=pfd)
-            except OSError as e:
-                if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
-                    raise UnsafePathError(f"{here} changed while it was checked; rerun") from e
-                raise
+                continue
+            fd = _open_dir_entry(name, pfd, here, lst)
             stack.append((fd, here))
             st = os.fstat(fd)
             if (st.st_dev, st.st_ino) != (lst.st_dev, lst.st_ino):
@@ -313,6 +259,94 @@ def walk_dir(path, base=None, *, takeover_uid=None, modify=True, create=True):
     finally:
         for fd, _ in stack:
             os.close(fd)
+
+
+def _walk_todo(path, base):
+    """The components walk_dir goes through from `/`, each with whether it is managed (the
+    models directory `base` and what is below it on the way to `path`)."""
+    if not os.path.isabs(path) or not os.path.isabs(base):
+        raise UnsafePathError(f"{path}: the directory must be an absolute path")
+    if base == "/":
+        raise UnsafePathError("the models directory must not be /")
+    if path != base and not path.startswith(base + "/"):
+        raise UnsafePathError(f"{path} is not below the models directory {base}")
+    for comp in _components(path):
+        if has_control(comp):
+            raise UnsafePathError(f"{path!r}: directory names must not contain control characters")
+    base_parts = _components(base)
+    todo = collections.deque((c, False) for c in base_parts[:-1])
+    todo.append((base_parts[-1], True))
+    todo.extend((c, True) for c in _components(path[len(base) :]))
+    return todo
+
+
+def _stat_or_make(name, pfd, *, make):
+    """(lstat of the entry, created?); the directory is made (0700 until it is root:root 0755)
+    when it is missing and `make`; (None, False) when it is missing and not made."""
+    try:
+        return os.stat(name, dir_fd=pfd, follow_symlinks=False), False
+    except FileNotFoundError:
+        if not make:
+            return None, False
+    created = False
+    try:
+        os.mkdir(name, 0o700, dir_fd=pfd)  # opened to others once root:root 0755
+        created = True
+    except FileExistsError:
+        pass
+    return os.stat(name, dir_fd=pfd, follow_symlinks=False), created
+
+
+def _record_absent(here, todo, changes):
+    """The directories a walk without `modify` would create: `here` and the rest of `todo`."""
+    want = "directory root:root 0755"
+    changes.append((here, "absent", want))
+    for rest, _ in todo:
+        if rest != "..":
+            here = join(here, rest)
+            changes.append((here, "absent", want))
+
+
+def _follow_link(name, pfd, here, lst, *, links, managed, stack, todo):
+    """Follow root's symbolic link `here`: its target's components replace it in `todo` (an
+    absolute target restarts from `/`). Returns the links followed so far."""
+    if lst.st_uid != 0:
+        raise _link_error(here, lst)
+    if lst.st_nlink != 1:
+        raise UnsafePathError(
+            f"{here} is a symbolic link with {lst.st_nlink} hard links (a link made "
+            f"to root's link by another account?). Fix: remove {here} and rerun."
+        )
+    links += 1
+    if links > MAX_LINKS:
+        raise UnsafePathError(f"{here}: too many levels of symbolic links")
+    target = os.readlink(name, dir_fd=pfd)
+    if has_control(target):
+        raise UnsafePathError(f"{here} points at a name with control characters")
+    parts = _components(target)
+    if target.startswith("/"):
+        while len(stack) > 1:
+            os.close(stack.pop()[0])
+    new = [(c, False) for c in parts]
+    if new:  # the link's target takes the place of the link
+        new[-1] = (new[-1][0], managed)
+    todo.extendleft(reversed(new))
+    return links
+
+
+def _open_dir_entry(name, pfd, here, lst):
+    """Open the directory entry `name` (lstat `lst`) of `pfd` without following a link."""
+    if not stat.S_ISDIR(lst.st_mode):
+        raise UnsafePathError(
+            f"{here} is {kind(lst.st_mode)} owned by {owner_name(lst.st_uid)}, not a "
+            f"directory. Fix: move it away and rerun."
+        )
+    try:
+        return os.open(name, DIR_FLAGS, dir_fd=pfd)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
+            raise UnsafePathError(f"{here} changed while it was checked; rerun") from e
+        raise
 
 
 def _own_dir(fd, path, st, *, takeover_uid, modify, created, changes):
@@ -505,26 +539,35 @@ def validate_metadata(doc, source):
 
     if not isinstance(doc, dict):
         bad("(document)", "is not a JSON object")
-
-    def clean_strings(value, field, free_text=False):
-        if isinstance(value, str):
-            if not free_text and has_control(value):
-                bad(field, f"contains control characters or a newline ({value[:80]!r})")
-        elif isinstance(value, dict):
-            for k, v in value.items():
-                if not isinstance(k, str) or has_control(k):
-                    bad(f"{field}[{k!r}]", "has a key with control characters")
-                clean_strings(v, f"{field}.{k}", free_text)
-        elif isinstance(value, list):
-            for i, v in enumerate(value):
-                clean_strings(v, f"{field}[{i}]", free_text)
-        elif value is not None and not isinstance(value, (bool, int, float)):
-            bad(field, f"has a value of type {type(value).__name__}")
-
     for key, value in doc.items():
         if not isinstance(key, str) or has_control(key):
             bad(repr(key), "is a key with control characters")
-        clean_strings(value, key, free_text=key in FREE_TEXT_MAPS)
+        _clean_strings(value, key, bad, free_text=key in FREE_TEXT_MAPS)
+    _check_checksums(doc, bad)
+    _check_names_and_paths(doc, bad)
+    _check_numbers(doc, bad)
+    _check_tensors(doc, bad)
+    return doc
+
+
+def _clean_strings(value, field, bad, *, free_text=False):
+    """No control characters in strings (except free text) and keys; only JSON types."""
+    if isinstance(value, str):
+        if not free_text and has_control(value):
+            bad(field, f"contains control characters or a newline ({value[:80]!r})")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str) or has_control(k):
+                bad(f"{field}[{k!r}]", "has a key with control characters")
+            _clean_strings(v, f"{field}.{k}", bad, free_text=free_text)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _clean_strings(v, f"{field}[{i}]", bad, free_text=free_text)
+    elif value is not None and not isinstance(value, (bool, int, float)):
+        bad(field, f"has a value of type {type(value).__name__}")
+
+
+def _check_checksums(doc, bad):
     if "sha256" in doc:
         sums = doc["sha256"]
         if isinstance(sums, str):
@@ -538,6 +581,9 @@ def validate_metadata(doc, source):
         isinstance(doc["chat_template_sha256"], str) and HEX64.match(doc["chat_template_sha256"])
     ):
         bad("chat_template_sha256", "must be 64 lower-case hex digits")
+
+
+def _check_names_and_paths(doc, bad):
     if "model" in doc and not (isinstance(doc["model"], str) and MODEL_NAME.match(doc["model"])):
         bad("model", f"must be a model name (letters, digits, . _ -), not {doc['model']!r}")
     for field in PATH_FIELDS:
@@ -554,6 +600,9 @@ def validate_metadata(doc, source):
     for field in ("architecture", "name"):
         if doc.get(field) is not None and not isinstance(doc[field], str):
             bad(field, "must be a string")
+
+
+def _check_numbers(doc, bad):
     for field in INT_FIELDS:
         if field in doc and not (isinstance(doc[field], int) and not isinstance(doc[field], bool)):
             bad(field, f"must be an integer, not {doc[field]!r}")
@@ -567,6 +616,9 @@ def validate_metadata(doc, source):
     for field in ("kv",):
         if field in doc and not isinstance(doc[field], dict):
             bad(field, "must be a mapping")
+
+
+def _check_tensors(doc, bad):
     tensors = doc.get("tensors", [])
     if not isinstance(tensors, list):
         bad("tensors", "must be a list")
@@ -578,7 +630,6 @@ def validate_metadata(doc, source):
             and all(isinstance(n, int) and not isinstance(n, bool) for n in t.get("shape", []))
         ):
             bad(f"tensors[{i}]", "must have a name and a shape of integers")
-    return doc
 
 
 def dump_metadata(doc):
