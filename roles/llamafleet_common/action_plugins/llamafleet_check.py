@@ -68,10 +68,8 @@ def check_items(
     """Check each item (see the module docstring) on its own with the catalogue; returns one
     ``{name, path, findings, suppressed, refused}`` per item. Raises CheckError on bad input."""
     from llamafleet.catalogue import catalogue
-    from llamafleet.engine import Config, Inputs, add_file, exit_code, load_config, run
+    from llamafleet.engine import Config, load_config
     from llamafleet.errors import SEVERITIES, InputError
-    from llamafleet.facts import apply_facts
-    from llamafleet.refs import NEVER, ReferencedFiles
 
     if not isinstance(items, list):
         raise CheckError("items must be a list")
@@ -88,60 +86,74 @@ def check_items(
                 f"skip: {rid!r} is not a rule id of the catalogue (`llamafleet rules`)"
             )
     config.skip |= set(skip)
-    out = []
-    for item in items:
-        if not isinstance(item, Mapping):
-            raise CheckError(f"each item must be a mapping; got {item!r}")
-        name = str(item.get("name") or "?")
-        unknown = sorted(set(item) - _ITEM_KEYS)
-        if unknown:
-            raise CheckError(f"item {name}: unknown key(s) {', '.join(unknown)}")
-        text = item.get("text")
-        settings = item.get("settings") or []
-        if text is not None and not isinstance(text, str):
-            raise CheckError(f"item {name}: text must be a string")
-        if not isinstance(settings, list):
-            raise CheckError(f"item {name}: settings must be a list of {{path, text, scope}}")
-        if text is None and not settings:
-            raise CheckError(f"item {name}: no text to check (give text or settings)")
-        kind = item.get("kind")
-        if kind is not None and kind not in _KINDS:
-            raise CheckError(f"item {name}: kind {kind!r}: one of {', '.join(sorted(_KINDS))}")
-        facts_map = item.get("facts") or {}
-        if not isinstance(facts_map, Mapping):
-            raise CheckError(f"item {name}: facts must be a mapping")
-        files = _texts_of(name, item.get("files"), "files")
-        path = str(item.get("path") or name)
-        # the files the texts name (a key, a chat template): read from memory, nothing from disk
-        inputs = Inputs(referenced=ReferencedFiles(contents=files) if files else NEVER)
-        try:
-            facts = apply_facts(facts_map, source=f"facts of {name}")
-            if text is not None:
-                add_file(inputs, path, text, kind=kind, mode=None)
-            for sf in settings:
-                if not isinstance(sf, Mapping) or not isinstance(sf.get("text"), str):
-                    raise CheckError(f"item {name}: each settings entry needs a text")
-                scope = sf.get("scope") or "user"
-                if scope not in _SCOPES:
-                    known_scopes = ", ".join(sorted(_SCOPES))
-                    raise CheckError(
-                        f"item {name}: settings scope {scope!r}: one of {known_scopes}"
-                    )
-                where = str(sf.get("path") or f"{scope} settings")
-                add_file(inputs, where, sf["text"], kind="settings", scope=scope, mode=None)
-            result = run(inputs, facts, config)
-        except InputError as exc:
-            raise CheckError(f"item {name}: {exc}") from exc
-        out.append(
-            {
-                "name": name,
-                "path": path,
-                "findings": [f.as_dict() for f in result.findings],
-                "suppressed": result.suppressed,
-                "refused": exit_code(result, fail_on) == 1,
-            }
-        )
-    return out
+    return [_check_item(item, config, fail_on) for item in items]
+
+
+def _check_item(item: Any, config: Any, fail_on: str) -> dict[str, Any]:
+    """One item of check_items: its texts checked together, in memory."""
+    from llamafleet.engine import Inputs, add_file, exit_code, run
+    from llamafleet.errors import InputError
+    from llamafleet.facts import apply_facts
+    from llamafleet.refs import NEVER, ReferencedFiles
+
+    name, text, settings, kind, facts_map = _item_parts(item)
+    files = _texts_of(name, item.get("files"), "files")
+    path = str(item.get("path") or name)
+    # the files the texts name (a key, a chat template): read from memory, nothing from disk
+    inputs = Inputs(referenced=ReferencedFiles(contents=files) if files else NEVER)
+    try:
+        facts = apply_facts(facts_map, source=f"facts of {name}")
+        if text is not None:
+            add_file(inputs, path, text, kind=kind, mode=None)
+        for sf in settings:
+            scope, where = _settings_entry(name, sf)
+            add_file(inputs, where, sf["text"], kind="settings", scope=scope, mode=None)
+        result = run(inputs, facts, config)
+    except InputError as exc:
+        raise CheckError(f"item {name}: {exc}") from exc
+    return {
+        "name": name,
+        "path": path,
+        "findings": [f.as_dict() for f in result.findings],
+        "suppressed": result.suppressed,
+        "refused": exit_code(result, fail_on) == 1,
+    }
+
+
+def _item_parts(item: Any) -> tuple[str, str | None, list[Any], str | None, Mapping[str, Any]]:
+    """(name, text, settings, kind, facts) of an item, checked; CheckError names the item."""
+    if not isinstance(item, Mapping):
+        raise CheckError(f"each item must be a mapping; got {item!r}")
+    name = str(item.get("name") or "?")
+    unknown = sorted(set(item) - _ITEM_KEYS)
+    if unknown:
+        raise CheckError(f"item {name}: unknown key(s) {', '.join(unknown)}")
+    text = item.get("text")
+    settings = item.get("settings") or []
+    if text is not None and not isinstance(text, str):
+        raise CheckError(f"item {name}: text must be a string")
+    if not isinstance(settings, list):
+        raise CheckError(f"item {name}: settings must be a list of {{path, text, scope}}")
+    if text is None and not settings:
+        raise CheckError(f"item {name}: no text to check (give text or settings)")
+    kind = item.get("kind")
+    if kind is not None and kind not in _KINDS:
+        raise CheckError(f"item {name}: kind {kind!r}: one of {', '.join(sorted(_KINDS))}")
+    facts_map = item.get("facts") or {}
+    if not isinstance(facts_map, Mapping):
+        raise CheckError(f"item {name}: facts must be a mapping")
+    return name, text, settings, kind, facts_map
+
+
+def _settings_entry(name: str, sf: Any) -> tuple[str, str]:
+    """(scope, path) of one settings entry of item `name`, checked."""
+    if not isinstance(sf, Mapping) or not isinstance(sf.get("text"), str):
+        raise CheckError(f"item {name}: each settings entry needs a text")
+    scope = sf.get("scope") or "user"
+    if scope not in _SCOPES:
+        known_scopes = ", ".join(sorted(_SCOPES))
+        raise CheckError(f"item {name}: settings scope {scope!r}: one of {known_scopes}")
+    return scope, str(sf.get("path") or f"{scope} settings")
 
 
 def refusal(
