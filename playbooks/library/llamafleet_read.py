@@ -88,6 +88,7 @@ import json
 import os
 import pwd
 import stat
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -95,7 +96,7 @@ DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def _kind(st_mode):
+def _kind(st_mode: int) -> str:
     for test, name in (
         (stat.S_ISLNK, "a symbolic link"),
         (stat.S_ISFIFO, "a FIFO"),
@@ -109,18 +110,20 @@ def _kind(st_mode):
     return "not a regular file"
 
 
-def _owner(uid):
+def _owner(uid: int) -> str:
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return f"uid {uid}"
 
 
-def read_file(path, anchor="/", uid=None, max_size=1048576):
+def read_file(
+    path: str, anchor: str = "/", uid: int | None = None, max_size: int = 1048576
+) -> dict[str, Any]:
     """Read `path` below `anchor` without following links. `uid` is the account that must own the
     directories and the file (None: root owns the directories; any owner for the file). Returns a
     dict: exists, content (bytes), mode, uid, size, problem."""
-    out = {"exists": False, "content": b"", "problem": ""}
+    out: dict[str, Any] = {"exists": False, "content": b"", "problem": ""}
     path = os.path.normpath(path)
     anchor = os.path.normpath(anchor)
     if not path.startswith(anchor.rstrip("/") + "/"):
@@ -136,7 +139,9 @@ def read_file(path, anchor="/", uid=None, max_size=1048576):
         os.close(fd)
 
 
-def _open_parent(anchor, dirs, want_dir_owner, out):
+def _open_parent(
+    anchor: str, dirs: list[str], want_dir_owner: int, out: dict[str, Any]
+) -> int | None:
     """The directory `anchor`/`dirs`..., each step opened without following links and owned by
     root or `want_dir_owner`: its fd (the caller closes it), or None when a step is missing (out
     unchanged) or refused (out["problem"] says why)."""
@@ -183,7 +188,9 @@ def _open_parent(anchor, dirs, want_dir_owner, out):
             os.close(fd)
 
 
-def _read_leaf(fd, path, leaf, out, *, uid, max_size):
+def _read_leaf(
+    fd: int, path: str, leaf: str, out: dict[str, Any], *, uid: int | None, max_size: int
+) -> dict[str, Any]:
     """Read the regular file `leaf` of the directory `fd` (the whole `path`, for messages) into
     `out`: not a link, one hard link, owned by `uid` (when given), at most `max_size` bytes."""
     try:
@@ -221,7 +228,7 @@ def _read_leaf(fd, path, leaf, out, *, uid, max_size):
         os.close(ffd)
 
 
-def _opened_file_problem(fst, path, uid, max_size):
+def _opened_file_problem(fst: os.stat_result, path: str, uid: int | None, max_size: int) -> str:
     """Why the opened file is not read ("" when it is)."""
     if not stat.S_ISREG(fst.st_mode):
         return f"{path} is {_kind(fst.st_mode)}; not read"
@@ -234,7 +241,7 @@ def _opened_file_problem(fst, path, uid, max_size):
     return ""
 
 
-def _read_at_most(ffd, limit):
+def _read_at_most(ffd: int, limit: int) -> bytes:
     """Up to `limit` bytes of `ffd` (less at its end, or when a non-blocking read would wait)."""
     chunks = []
     left = limit
@@ -250,13 +257,15 @@ def _read_at_most(ffd, limit):
     return b"".join(chunks)
 
 
-def drop_privileges(uid, gid, groups):
+def drop_privileges(uid: int, gid: int, groups: list[int]) -> None:
     os.setgroups(groups)
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
 
 
-def read_as(path, anchor, uid, gid, groups, *, max_size):
+def read_as(
+    path: str, anchor: str, uid: int, gid: int, groups: list[int], *, max_size: int
+) -> dict[str, Any]:
     """read_file in a child process that runs as uid/gid/groups (when running as root)."""
     if os.geteuid() != 0 or uid == os.geteuid():
         return read_file(path, anchor, uid, max_size)
@@ -280,12 +289,12 @@ def read_as(path, anchor, uid, gid, groups, *, max_size):
     with os.fdopen(rfd, "rb") as fh:
         payload = fh.read()
     os.waitpid(pid, 0)
-    res = json.loads(payload.decode("utf-8") or "{}")
-    res["content"] = base64.b64decode(res.get("content") or "")
-    return res
+    got: dict[str, Any] = json.loads(payload.decode("utf-8") or "{}")
+    got["content"] = base64.b64decode(got.get("content") or "")
+    return got
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             path=dict(type="path", required=True),
