@@ -14,12 +14,15 @@ import sys
 from functools import partial
 from http import HTTPStatus
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from typing import BinaryIO
 
 RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
 
 
 class RangeHandler(SimpleHTTPRequestHandler):
-    def send_head(self):  # type: ignore[override]
+    _remaining: int | None = None  # bytes left of the range being sent
+
+    def send_head(self) -> BinaryIO | None:
         path = self.translate_path(self.path)
         header = self.headers.get("Range")
         if not header or not os.path.isfile(path):
@@ -48,7 +51,7 @@ class RangeHandler(SimpleHTTPRequestHandler):
         self._remaining = end - start + 1
         return f
 
-    def copyfile(self, source, outputfile):  # type: ignore[override]
+    def copyfile(self, source: BinaryIO, outputfile: BinaryIO) -> None:  # type: ignore[override]
         remaining = getattr(self, "_remaining", None)
         if remaining is None:
             shutil.copyfileobj(source, outputfile)

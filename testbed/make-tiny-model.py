@@ -299,8 +299,7 @@ CHAT_TEMPLATE = r"""{%- if tools %}
 
 
 def _unique(items: list[str]) -> list[str]:
-    seen: set[str] = set()
-    return [x for x in items if not (x in seen or seen.add(x))]
+    return list(dict.fromkeys(items))  # first occurrences, in order
 
 
 def build_vocab() -> tuple[list[str], list[float], list[int]]:
