@@ -17,8 +17,6 @@ except ImportError as exc:  # pragma: no cover - reported when the filter is use
 else:
     _IMPORT_ERROR = None
 
-_ANY = ("0.0.0.0", "::", "[::]", "localhost")
-
 
 def _need_llamafleet() -> None:
     if _IMPORT_ERROR is not None:
@@ -31,9 +29,10 @@ def _need_llamafleet() -> None:
 
 
 def llamafleet_unit_server(text: str, path: str = "unit.service") -> dict[str, Any]:
-    """The llama-server a unit runs: host, port, connect_host (where a client on the same host
-    connects), model, ctx_size (None when unset) and, for a server with --ssl-cert-file and
-    --ssl-key-file, scheme `https` (absent: http). Empty when the unit has no ExecStart=."""
+    """The llama-server a unit runs: host, port, model, ctx_size (None when unset) and, for a
+    server with --ssl-cert-file and --ssl-key-file, scheme `https` (absent: http). Empty when the
+    unit has no ExecStart=. Where the host's own requests to it go: `host | llamafleet_connect_host`
+    (the llamafleet_common role's address classifier)."""
     _need_llamafleet()
     server = parse_unit(text, path, NEVER).server
     if server is None:
@@ -42,7 +41,6 @@ def llamafleet_unit_server(text: str, path: str = "unit.service") -> dict[str, A
     out: dict[str, Any] = {
         "host": host,
         "port": port,
-        "connect_host": "127.0.0.1" if host in _ANY else host,
         "model": server.value("--model"),
         "ctx_size": server.int_value("--ctx-size"),
     }
