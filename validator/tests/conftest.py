@@ -172,4 +172,5 @@ def filter_error() -> type[Exception]:
     pytest.importorskip("ansible")
     from ansible.errors import AnsibleFilterError
 
-    return AnsibleFilterError
+    error: type[Exception] = AnsibleFilterError
+    return error

@@ -32,6 +32,7 @@ from conftest import CliResult, run_cli
 from llamafleet import chat_template as ct
 from llamafleet import template_cli
 from llamafleet.argv import parse_argv_string, parse_mapping
+from llamafleet.errors import InputError
 from llamafleet.facts import Facts, apply_facts
 from llamafleet.gguf_meta import model_from_dict
 from llamafleet.refs import AS_NAMED, NEVER, ReferencedFiles
@@ -204,7 +205,8 @@ def test_fixed_qwen35_renders_the_rest_as_before(qwen35: str, typed: bool) -> No
     user_turn_end = after.index("<|im_end|>\n", after.index(ct.USER_MARKER)) + len("<|im_end|>\n")
     assert after[user_turn_end:].startswith(late_block())
     # without tools, and without generation prompt, too
-    for kw in ({"tools": None}, {"add_generation_prompt": False}):
+    cases: tuple[dict[str, Any], ...] = ({"tools": None}, {"add_generation_prompt": False})
+    for kw in cases:
         tools = kw.get("tools", ct.TOOLS)
         gen = bool(kw.get("add_generation_prompt", True))
         a = ct.render(qwen35, ct.conversation(False), tools, add_generation_prompt=gen)
@@ -664,7 +666,7 @@ def template_cmd(argv: list[str], cwd: Path) -> CliResult:
             args = parser.parse_args(["template", *argv])
             try:
                 code: int = args.func(args)
-            except template_cli.InputError as exc:
+            except InputError as exc:
                 sys.stderr.write(f"llamafleet: error: {exc}\n")
                 code = 2
     finally:

@@ -10,6 +10,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -74,14 +75,14 @@ def show_keys(path: Path, home: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("name", ["good.asc", "good.gpg", "evil.gpg", "both.gpg"])
-def test_fingerprints_agree_with_gpg(mod: ModuleType, keys: dict, name: str) -> None:
+def test_fingerprints_agree_with_gpg(mod: ModuleType, keys: dict[str, Any], name: str) -> None:
     path = keys["dir"] / name
     _, found = mod.primary_fingerprints(path.read_bytes())
     assert found == show_keys(path, keys["home"])
 
 
 def test_install_armoured_key_as_binary_keyring(
-    mod: ModuleType, keys: dict, tmp_path: Path
+    mod: ModuleType, keys: dict[str, Any], tmp_path: Path
 ) -> None:
     dest = tmp_path / "cuda-archive-keyring.gpg"
     p = {
@@ -114,7 +115,7 @@ def test_install_armoured_key_as_binary_keyring(
     ],
 )
 def test_wrong_keys_are_refused_and_nothing_written(
-    mod: ModuleType, keys: dict, tmp_path: Path, name: str, why: str
+    mod: ModuleType, keys: dict[str, Any], tmp_path: Path, name: str, why: str
 ) -> None:
     dest = tmp_path / "k.gpg"
     p = {
@@ -128,7 +129,9 @@ def test_wrong_keys_are_refused_and_nothing_written(
     assert not dest.exists() and list(tmp_path.iterdir()) == []
 
 
-def test_installed_keyring_with_another_key_fails_verify(mod: ModuleType, keys: dict) -> None:
+def test_installed_keyring_with_another_key_fails_verify(
+    mod: ModuleType, keys: dict[str, Any]
+) -> None:
     p = {
         "dest": str(keys["dir"] / "good.gpg"),
         "fingerprint": NVIDIA,
@@ -141,7 +144,9 @@ def test_installed_keyring_with_another_key_fails_verify(mod: ModuleType, keys: 
         mod.run(p)
 
 
-def test_corrupt_or_odd_input_is_refused(mod: ModuleType, keys: dict, tmp_path: Path) -> None:
+def test_corrupt_or_odd_input_is_refused(
+    mod: ModuleType, keys: dict[str, Any], tmp_path: Path
+) -> None:
     asc = (keys["dir"] / "good.asc").read_bytes()
     lines = asc.splitlines()
     body = next(i for i, line in enumerate(lines) if len(line) > 60)

@@ -139,7 +139,7 @@ def test_service_task_uses_the_filter(server_filters: ModuleType) -> None:
         ("x", f"{TABLE}\n→ Overall exposure level for llama-server-x.service: 1.2 OK :-)\n"),
         ("y", "Failed to connect to bus\n"),
     ):
-        result = env.from_string(expr).render(
+        result: Any = env.from_string(expr).render(
             llama_server_security_scores=scores, _r={"_i": {"name": name}, "stdout": out}
         )
         assert isinstance(result, dict)

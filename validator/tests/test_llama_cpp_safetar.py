@@ -15,6 +15,7 @@ import stat
 import tarfile
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 import yaml
@@ -113,7 +114,7 @@ def _left(builds: Path) -> list[str]:
     ],
 )
 def test_unsafe_members_are_named(
-    st: ModuleType, name: str, kind: bytes, extra: dict[str, object], why: str
+    st: ModuleType, name: str, kind: bytes, extra: dict[str, Any], why: str
 ) -> None:
     problem = st.member_problem(_info(name, kind, **extra), top=NAME)
     assert problem is not None and why in problem
@@ -282,8 +283,8 @@ def test_unsafe_archives_refused_before_anything_is_written(
     st: ModuleType,
     tmp_path: Path,
     builds: Path,
-    members: list,
-    why: str,  # type: ignore[type-arg]
+    members: list[tuple[str, bytes, bytes, dict[str, object]]],
+    why: str,
 ) -> None:
     tar = tmp_path / "in.tar.gz"
     digest = make_tarball(tar, [*members, (f"{NAME}/zz", tarfile.REGTYPE, b"z", {})])
@@ -297,7 +298,7 @@ def test_manifest_must_name_the_build_and_commit(
     st: ModuleType, tmp_path: Path, builds: Path
 ) -> None:
     tar = tmp_path / "in.tar.gz"
-    members = [
+    members: list[tuple[str, bytes, bytes, dict[str, object]]] = [
         (NAME, tarfile.DIRTYPE, b"", {}),
         (
             f"{NAME}/manifest.json",
@@ -411,8 +412,8 @@ def test_stream_installs_expected_binaries(st: ModuleType, install_dir: Path) ->
 def test_stream_refuses_anything_else(
     st: ModuleType,
     install_dir: Path,
-    members: list,
-    why: str,  # type: ignore[type-arg]
+    members: list[tuple[str, bytes, bytes, dict[str, object]]],
+    why: str,
 ) -> None:
     with pytest.raises(st.UnsafeArchiveError, match=why):
         st.install_stream(_stream(members), str(install_dir / "bin"), ["llama-server"])

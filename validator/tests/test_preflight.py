@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ NO_CACHE = "[Service]\nRestart=on-failure\nExecStart=/x/llama-server -m /m.gguf 
 SYMMETRIC = "[Service]\nExecStart=/x/llama-server -m /m.gguf -ctk turbo3 -ctv turbo3\n"
 
 
-def test_ignores_render_one_comment_per_rule_sorted():
+def test_ignores_render_one_comment_per_rule_sorted() -> None:
     got = instance_ignores({"ls010": "both turbo3 on purpose", "LS003": " cache on disk "}, "main")
     assert got == [
         "llamafleet: ignore-file[LS003] cache on disk",
@@ -40,13 +41,13 @@ def test_ignores_render_one_comment_per_rule_sorted():
         ({"LS010": "ok\nExecStartPre=+/bin/sh"}, "one line"),
     ],
 )
-def test_bad_ignores_are_refused_with_the_instance_named(ignore, needle):
+def test_bad_ignores_are_refused_with_the_instance_named(ignore: object, needle: str) -> None:
     with pytest.raises(PreflightError) as err:
         instance_ignores(ignore, "main")
     assert needle in str(err.value) and "instance main" in str(err.value)
 
 
-def test_an_ignore_comment_suppresses_the_rule_in_that_unit_only():
+def test_an_ignore_comment_suppresses_the_rule_in_that_unit_only() -> None:
     comment = "# " + instance_ignores({"LS010": "measured: fine on this model"}, "a")[0] + "\n"
     checked = check_texts(
         [
@@ -60,7 +61,7 @@ def test_an_ignore_comment_suppresses_the_rule_in_that_unit_only():
     assert "LS010" in ids["b"]
 
 
-def test_findings_refuse_at_the_threshold_and_the_message_names_the_build():
+def test_findings_refuse_at_the_threshold_and_the_message_names_the_build() -> None:
     text = "[Service]\nExecStart=/x/llama-server -m /m.gguf --cache-ram 0\n"
     checked = check_texts([{"name": "main", "path": "u.service", "text": text}], fail_on="warning")
     assert checked[0].refused
@@ -74,7 +75,7 @@ def test_findings_refuse_at_the_threshold_and_the_message_names_the_build():
     assert not any(c.refused for c in info_only) or refusal(info_only, "instance")
 
 
-def test_the_help_fact_is_inline_and_a_path_is_refused():
+def test_the_help_fact_is_inline_and_a_path_is_refused() -> None:
     help_text = (
         "-ctk,  --cache-type-k TYPE  KV cache data type for K\n  allowed values: f16, q8_0\n"
     )
@@ -91,14 +92,14 @@ def test_the_help_fact_is_inline_and_a_path_is_refused():
             apply_facts(bad, source="facts of main")
 
 
-def test_bad_items_and_threshold_are_input_errors():
+def test_bad_items_and_threshold_are_input_errors() -> None:
     with pytest.raises(InputError):
         check_texts([{"name": "x"}])
     with pytest.raises(InputError):
         check_texts([{"name": "x", "text": SYMMETRIC}], fail_on="fatal")
 
 
-def test_the_action_plugin_runs_in_a_real_playbook(tmp_path):
+def test_the_action_plugin_runs_in_a_real_playbook(tmp_path: Path) -> None:
     """ansible-playbook on localhost with the role's action plugin: a refused unit fails the task
     with the build named, a suppressed one passes, and a .llamafleet.yaml in the directory
     ansible-playbook runs in is found."""
@@ -140,7 +141,7 @@ def test_the_action_plugin_runs_in_a_real_playbook(tmp_path):
         "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
     }
 
-    def run() -> dict:
+    def run() -> dict[str, Any]:
         proc = subprocess.run(
             [str(Path(sys.executable).parent / "ansible-playbook"), str(play)],
             cwd=tmp_path,
@@ -151,7 +152,10 @@ def test_the_action_plugin_runs_in_a_real_playbook(tmp_path):
             check=False,
         )
         line = next(ln for ln in proc.stdout.splitlines() if '"msg": "RESULT ' in ln)
-        return json.loads(json.loads("{" + line.strip().rstrip(",") + "}")["msg"][len("RESULT ") :])
+        result: dict[str, Any] = json.loads(
+            json.loads("{" + line.strip().rstrip(",") + "}")["msg"][len("RESULT ") :]
+        )
+        return result
 
     out = run()
     assert out["failed"] is True and "for build b9079-test" in out["msg"]
