@@ -101,6 +101,7 @@ saved:
 import hashlib
 import os
 import struct
+from typing import Any, BinaryIO
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gguf_models_safefs import (
@@ -170,23 +171,23 @@ STRING, ARRAY = 8, 9
 
 
 class Reader:
-    def __init__(self, f):
+    def __init__(self, f: BinaryIO) -> None:
         self.f = f
 
-    def unpack(self, fmt):
+    def unpack(self, fmt: str) -> Any:
         size = struct.calcsize(fmt)
         data = self.f.read(size)
         if len(data) != size:
             raise ValueError("truncated GGUF header")
         return struct.unpack(fmt, data)[0]
 
-    def string(self):
-        n = self.unpack("<Q")
+    def string(self) -> str:
+        n: int = self.unpack("<Q")
         if n > 1 << 30:
             raise ValueError(f"implausible string length {n}")
         return self.f.read(n).decode("utf-8", errors="replace")
 
-    def value(self, vtype):
+    def value(self, vtype: int) -> Any:
         if vtype in SCALAR:
             return self.unpack(SCALAR[vtype])
         if vtype == STRING:
@@ -203,14 +204,14 @@ class Reader:
         raise ValueError(f"unknown GGUF value type {vtype}")
 
 
-def read_header(path):
+def read_header(path: str) -> tuple[int, int, dict[str, Any], list[dict[str, Any]]]:
     """Read a header by path (for tools and tests on files of their own; the module itself reads
     through `parse_header` on a file opened by `open_model_file`)."""
     with open(path, "rb") as f:
         return parse_header(f, path)
 
 
-def parse_header(f, path):
+def parse_header(f: BinaryIO, path: str) -> tuple[int, int, dict[str, Any], list[dict[str, Any]]]:
     if f.read(4) != b"GGUF":
         raise ValueError(f"{path} is not a GGUF file (bad magic)")
     r = Reader(f)
@@ -219,11 +220,11 @@ def parse_header(f, path):
         raise ValueError(f"GGUF version {version} is not supported")
     tensor_count = r.unpack("<Q")
     kv_count = r.unpack("<Q")
-    kv = {}
+    kv: dict[str, Any] = {}
     for _ in range(kv_count):
         key = r.string()
         kv[key] = r.value(r.unpack("<I"))
-    tensors = []
+    tensors: list[dict[str, Any]] = []
     for _ in range(tensor_count):
         name = r.string()
         n_dims = r.unpack("<I")
@@ -234,7 +235,9 @@ def parse_header(f, path):
     return version, tensor_count, kv, tensors
 
 
-def open_model_file(path, base, takeover_uid, modify):
+def open_model_file(
+    path: str, base: str | None, takeover_uid: int | None, modify: bool
+) -> tuple[int, os.stat_result] | None:
     """(fd, stat) of a model file, opened through directory descriptors (see gguf_fetch), or None
     when it (or its directory) is not there."""
     dpath, name = os.path.split(path)
@@ -243,14 +246,21 @@ def open_model_file(path, base, takeover_uid, modify):
     ) as w:
         if not w.exists:
             return None
-        return open_regular(w.fd, w.path, name, os.O_RDONLY, owners=(0, takeover_uid))
+        opened: tuple[int, os.stat_result] | None = open_regular(
+            w.fd, w.path, name, os.O_RDONLY, owners=(0, takeover_uid)
+        )
+        return opened
 
 
 class MetadataError(Exception):
     pass
 
 
-def summarize(files, headers, sizes):
+def summarize(
+    files: list[str],
+    headers: list[tuple[int, int, dict[str, Any], list[dict[str, Any]]]],
+    sizes: list[int],
+) -> dict[str, Any]:
     """The metadata document of a model from its files' headers."""
     path = files[0]
     version, tensor_count, kv, tensors = headers[0]
@@ -258,7 +268,7 @@ def summarize(files, headers, sizes):
         tensors = tensors + extra[3]
     arch = kv.get("general.architecture")
 
-    def a(key):
+    def a(key: str) -> Any:
         return kv.get(f"{arch}.{key}")
 
     template = kv.get("tokenizer.chat_template")
@@ -292,9 +302,12 @@ def summarize(files, headers, sizes):
     }
 
 
-def read_model(files, base, takeover_uid, modify):
+def read_model(
+    files: list[str], base: str | None, takeover_uid: int | None, modify: bool
+) -> dict[str, Any] | None:
     """The document of a model's files, or None when the first is not there (check mode)."""
-    headers, sizes = [], []
+    headers: list[tuple[int, int, dict[str, Any], list[dict[str, Any]]]] = []
+    sizes: list[int] = []
     for i, path in enumerate(files):
         opened = open_model_file(path, base, takeover_uid, modify)
         if opened is None:
@@ -311,18 +324,20 @@ def read_model(files, base, takeover_uid, modify):
     return summarize(files, headers, sizes)
 
 
-def _diff(path, before, after):
+def _diff(path: str, before: str, after: str) -> dict[str, str]:
     return {"before_header": path, "after_header": path, "before": before, "after": after}
 
 
-def save_document(save, doc, base, takeover_uid, modify):
+def save_document(
+    save: str, doc: dict[str, Any], base: str | None, takeover_uid: int | None, modify: bool
+) -> tuple[bool, dict[str, str] | None]:
     """Write metadata.json unless it holds `doc` already (root:root 0644, one link). Returns
     (changed, diff). A saved file that is a link, a FIFO, hard-linked, another account's or has a
     bad field is refused: it was not written by this role."""
     dpath, name = os.path.split(save)
     check_name(name)
     owners = (0, takeover_uid)
-    new = dump_metadata(doc)
+    new: bytes = dump_metadata(doc)
     with walk_dir(
         dpath, base or dpath, takeover_uid=takeover_uid, modify=modify, create=False
     ) as w:
@@ -353,7 +368,7 @@ def save_document(save, doc, base, takeover_uid, modify):
         return True, _diff(save, before, new.decode())
 
 
-ARGUMENT_SPEC = {
+ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "path": {"type": "path", "required": True},
     "parts": {"type": "list", "elements": "path", "default": []},
     "metadata": {"type": "dict"},
@@ -367,7 +382,7 @@ ARGUMENT_SPEC = {
 DEFAULTS = {k: v.get("default") for k, v in ARGUMENT_SPEC.items()}
 
 
-def describe_model(p, check_mode=False):
+def describe_model(p: dict[str, Any], check_mode: bool = False) -> dict[str, Any]:
     """The module's work, without AnsibleModule. Returns the result; raises MetadataError,
     InvalidMetadataError, UnsafePathError or ValueError (a damaged header)."""
     p = {**DEFAULTS, **p}
@@ -377,18 +392,19 @@ def describe_model(p, check_mode=False):
     if not all(os.path.isabs(f) for f in [path, *files]):
         raise MetadataError("path and parts must be absolute paths")
     takeover_uid = resolve_uid(p["takeover_owner"])
-    fields = {"mmproj": p["mmproj"]}
+    fields: dict[str, Any] = {"mmproj": p["mmproj"]}
     if p["model"] is not None:
         fields["model"] = p["model"]
     if p["sha256"]:
         fields["sha256"] = [s.strip().lower() for s in p["sha256"]]
+    meta: dict[str, Any] | None
     if p["metadata"]:
         meta = dict(p["metadata"])
         source = f"the metadata given for {path} (gguf_models_inspect_command)"
     else:
         meta = read_model(files, p["base"], takeover_uid, modify)
         source = f"the metadata read from {path}"
-    result = {"changed": False, "saved": False}
+    result: dict[str, Any] = {"changed": False, "saved": False}
     if meta:
         doc = validate_metadata({**meta, **fields}, source)
         if p["save"]:
@@ -407,7 +423,7 @@ def describe_model(p, check_mode=False):
     return result
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     if os.geteuid() != 0:
         module.fail_json(msg="gguf_metadata must run as root (become: true)")
