@@ -93,7 +93,8 @@ def run(argv: list[str], dest: str, names: list[str]) -> dict[str, str]:
                 )
 
         try:
-            return install_stream(stdout, dest, names, before_commit=tar_ok)
+            hashes: dict[str, str] = install_stream(stdout, dest, names, before_commit=tar_ok)
+            return hashes
         finally:
             if proc.poll() is None:
                 proc.kill()
