@@ -115,6 +115,8 @@ import stat
 import tarfile
 import tempfile
 import traceback
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -128,12 +130,12 @@ class InstallError(Exception):
     pass
 
 
-def tarball_name(package, version):
+def tarball_name(package: str, version: str) -> str:
     """The file name `npm pack` gives a package's tarball: @scope/name -> scope-name-VERSION.tgz."""
     return f"{package.lstrip('@').replace('/', '-')}-{version}.tgz"
 
 
-def sri_sha512(path):
+def sri_sha512(path: str) -> str:
     """The Subresource Integrity string of a file, as npm's `integrity`: sha512-BASE64."""
     h = hashlib.sha512()
     with open(path, "rb") as f:
@@ -142,7 +144,7 @@ def sri_sha512(path):
     return "sha512-" + base64.b64encode(h.digest()).decode("ascii")
 
 
-def sha256_file(path):
+def sha256_file(path: str) -> str:
     h = hashlib.sha256()
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as f:
@@ -151,7 +153,7 @@ def sha256_file(path):
     return h.hexdigest()
 
 
-def check_sri(path, package, expected):
+def check_sri(path: str, package: str, expected: str | None) -> str:
     """Fail unless the tarball's SHA-512 equals the pin (naming package, expected and actual)."""
     if not SRI_RE.match(expected or ""):
         raise InstallError(
@@ -167,7 +169,7 @@ def check_sri(path, package, expected):
     return actual
 
 
-def _member_path(name):
+def _member_path(name: str) -> str | None:
     """The path below package/ of a tar member name, or None when it is outside it or unsafe."""
     parts = [p for p in name.split("/") if p not in ("", ".")]
     if not parts or parts[0] != "package" or ".." in parts or name.startswith("/"):
@@ -175,7 +177,7 @@ def _member_path(name):
     return "/".join(parts[1:])
 
 
-def select_member(tar, relpath):
+def select_member(tar: tarfile.TarFile, relpath: str) -> tarfile.TarInfo:
     """The one regular-file member package/RELPATH; links, duplicates and absence are refused."""
     found = [m for m in tar.getmembers() if _member_path(m.name) == relpath]
     if len(found) != 1:
@@ -186,13 +188,13 @@ def select_member(tar, relpath):
     return member
 
 
-def read_package_json(tar):
+def read_package_json(tar: tarfile.TarFile) -> dict[str, Any]:
     member = select_member(tar, "package.json")
     f = tar.extractfile(member)
     if f is None:
         raise InstallError("package.json cannot be read from the tarball")
     try:
-        data = json.loads(f.read(1024 * 1024))
+        data: Any = json.loads(f.read(1024 * 1024))
     except ValueError as exc:
         raise InstallError(f"package.json in the tarball is not JSON: {exc}") from exc
     if not isinstance(data, dict):
@@ -200,30 +202,33 @@ def read_package_json(tar):
     return data
 
 
-def check_package_json(data, name, version):
+def check_package_json(data: Mapping[str, Any], name: str, version: str) -> None:
     if data.get("name") != name or data.get("version") != version:
         raise InstallError(
             f"the tarball holds {data.get('name')}@{data.get('version')}, expected {name}@{version}"
         )
 
 
-def wrapper_bin(data):
+def wrapper_bin(data: Mapping[str, Any]) -> str:
     """The relative path of the wrapper's `claude` command (bin/claude.exe)."""
     bins = data.get("bin")
     if isinstance(bins, str):
         bins = {data.get("name", "").split("/")[-1]: bins}
     rel = (bins or {}).get(BIN_NAME) if isinstance(bins, dict) else None
-    if not isinstance(rel, str) or _member_path("package/" + rel) is None:
+    path = _member_path("package/" + rel) if isinstance(rel, str) else None
+    if path is None:
         raise InstallError(f"the wrapper's package.json has no usable bin.{BIN_NAME}: {bins!r}")
     if data.get("dependencies"):
         raise InstallError(
             f"the wrapper now has dependencies ({sorted(data['dependencies'])}); "
             "this role installs only dependency-free wrappers"
         )
-    return _member_path("package/" + rel)
+    return path
 
 
-def _copy_member(tar, member, dest_fd, digest=None):
+def _copy_member(
+    tar: tarfile.TarFile, member: tarfile.TarInfo, dest_fd: int, digest: Any = None
+) -> None:
     src = tar.extractfile(member)
     if src is None:
         raise InstallError(f"{member.name} cannot be read from the tarball")
@@ -236,7 +241,7 @@ def _copy_member(tar, member, dest_fd, digest=None):
         os.fsync(out.fileno())
 
 
-def unpack_wrapper(tar, dest):
+def unpack_wrapper(tar: tarfile.TarFile, dest: str) -> None:
     """Unpack package/* into the empty directory dest: directories 0755, files 0644 or 0755."""
     for member in tar.getmembers():
         rel = _member_path(member.name)
@@ -257,7 +262,7 @@ def unpack_wrapper(tar, dest):
         _copy_member(tar, member, fd)
 
 
-def place_binary(tar, dest):
+def place_binary(tar: tarfile.TarFile, dest: str) -> str:
     """Put package/claude of the platform tarball at dest (replacing the stub), mode 0755, as
     install.cjs does; returns its SHA-256."""
     member = select_member(tar, BIN_NAME)
@@ -274,7 +279,7 @@ def place_binary(tar, dest):
     return digest.hexdigest()
 
 
-def _symlink(target, path):
+def _symlink(target: str, path: str) -> None:
     """Point path at target atomically (a new link renamed over the old one)."""
     tmp = f"{path}.{os.getpid()}.new"
     if os.path.lexists(tmp):
@@ -283,7 +288,7 @@ def _symlink(target, path):
     os.replace(tmp, path)
 
 
-def _check_root_dir(path):
+def _check_root_dir(path: str) -> None:
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
         raise InstallError(
@@ -293,17 +298,17 @@ def _check_root_dir(path):
 
 
 class Layout:
-    def __init__(self, prefix, package):
+    def __init__(self, prefix: str, package: str) -> None:
         self.prefix = prefix
         self.pkg_dir = os.path.join(prefix, "lib", "node_modules", *package.split("/"))
         self.bin_dir = os.path.join(prefix, "bin")
         self.manifest = os.path.join(prefix, MANIFEST)
 
-    def bin_link(self):
+    def bin_link(self) -> str:
         return os.path.join(self.bin_dir, BIN_NAME)
 
 
-def installed_state(layout, want):
+def installed_state(layout: Layout, want: Mapping[str, Any]) -> tuple[bool, str]:
     """(current, reason): whether the prefix holds exactly the wanted install."""
     try:
         with open(layout.manifest, encoding="utf-8") as f:
@@ -336,7 +341,7 @@ def installed_state(layout, want):
     return True, "installed"
 
 
-def link_action(link, target, replace_into):
+def link_action(link: str, target: str, replace_into: Iterable[str]) -> str | None:
     """None when link already points at target, 'create' or 'replace'; fails on a foreign file."""
     if not os.path.lexists(link):
         return "create"
@@ -358,7 +363,13 @@ def link_action(link, target, replace_into):
     )
 
 
-def install(layout, want, wrapper_tgz, platform_tgz, platform_package):
+def install(
+    layout: Layout,
+    want: Mapping[str, Any],
+    wrapper_tgz: str,
+    platform_tgz: str,
+    platform_package: str,
+) -> tuple[str, str]:
     check_sri(wrapper_tgz, want["package"], want["integrity"])
     check_sri(platform_tgz, platform_package, want["platform_integrity"])
     with tarfile.open(wrapper_tgz, "r:gz") as wtar, tarfile.open(platform_tgz, "r:gz") as ptar:
@@ -398,7 +409,7 @@ def install(layout, want, wrapper_tgz, platform_tgz, platform_package):
     return binary, digest
 
 
-def run(module):
+def run(module: Any) -> dict[str, Any]:
     p = module.params
     prefix = p["prefix"]
     platform_package = f"{p['package']}-{p['platform']}"
@@ -425,7 +436,7 @@ def run(module):
     else:
         current, reason = False, f"{prefix} does not exist"
     link_do = link_action(p["link"], layout.bin_link(), p["replace_links_into"])
-    result = {
+    result: dict[str, Any] = {
         "changed": not current or link_do is not None,
         "installed": not current,
         "link_changed": link_do is not None,
@@ -456,7 +467,7 @@ def run(module):
     return result
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "prefix": {"type": "path", "required": True},
