@@ -163,6 +163,7 @@ head_error:
 import hashlib
 import os
 import stat
+from typing import TYPE_CHECKING, Any
 from urllib.error import HTTPError
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
@@ -189,6 +190,15 @@ from ansible.module_utils.gguf_models_safefs import (
 )
 from ansible.module_utils.urls import open_url
 
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    Params = dict[str, Any]  # the module's options
+    Result = dict[str, Any]  # the module's result
+    Change = tuple[str, str, str]  # (path, before, after)
+    Owners = tuple[int, int | None]  # who may own what is found: root, the takeover account
+    Origin = tuple[str, str, int | None]  # (scheme, host, port)
+
 CHUNK = 4 * 1024 * 1024
 MAX_REDIRECTS = 10
 REDIRECT_CODES = (301, 302, 303, 307, 308)
@@ -196,12 +206,12 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class FetchError(Exception):
-    def __init__(self, msg, result=None):
+    def __init__(self, msg: str, result: Mapping[str, Any] | None = None) -> None:
         super().__init__(msg)
         self.result = dict(result or {})
 
 
-def origin(url):
+def origin(url: str) -> Origin:
     """(scheme, host, port) of a URL: where headers may be sent."""
     u = urlsplit(url)
     scheme = u.scheme.lower()
@@ -212,14 +222,14 @@ def origin(url):
     return scheme, (u.hostname or "").lower(), port or DEFAULT_PORTS.get(scheme)
 
 
-def show_url(url):
+def show_url(url: str) -> str:
     """A URL for a message: without credentials and without its query (a CDN's signature)."""
     u = urlsplit(url)
     host = u.netloc.rsplit("@", 1)[-1]
     return urlunsplit((u.scheme, host, u.path, "", ""))
 
 
-def check_transport(url, headers, allow_insecure):
+def check_transport(url: str, headers: Mapping[str, str] | None, allow_insecure: bool) -> None:
     """Refuse to send headers (a token) over plain http unless allowed."""
     scheme = urlsplit(url).scheme.lower()
     if scheme == "http" and headers and not allow_insecure:
@@ -231,7 +241,7 @@ def check_transport(url, headers, allow_insecure):
         )
 
 
-def redirect_target(current, location, code=302):
+def redirect_target(current: str, location: str | None, code: int = 302) -> str:
     """The URL a redirect from `current` to `location` leads to, or FetchError: only http and
     https, never from https down to http."""
     if not location:
@@ -253,7 +263,12 @@ def redirect_target(current, location, code=302):
     return new
 
 
-def hop_headers(url, first_origin, user_headers, protocol_headers):
+def hop_headers(
+    url: str,
+    first_origin: Origin,
+    user_headers: Mapping[str, str],
+    protocol_headers: Mapping[str, str],
+) -> dict[str, str]:
     """Headers for one request: the user's (a token) only to the origin of the first URL; the
     protocol's (Range) always."""
     headers = dict(user_headers) if origin(url) == first_origin else {}
@@ -261,7 +276,9 @@ def hop_headers(url, first_origin, user_headers, protocol_headers):
     return headers
 
 
-def open_following(p, method="GET", protocol_headers=None):
+def open_following(
+    p: Params, method: str = "GET", protocol_headers: Mapping[str, str] | None = None
+) -> Any:
     """open_url, following redirects one hop at a time (see redirect_target, hop_headers)."""
     url = p["url"]
     user_headers = dict(p["headers"] or {})
@@ -286,7 +303,7 @@ def open_following(p, method="GET", protocol_headers=None):
     raise FetchError(f"More than {MAX_REDIRECTS} redirects from {show_url(p['url'])}")
 
 
-def sha256_fd(fd):
+def sha256_fd(fd: int) -> str:
     h = hashlib.sha256()
     os.lseek(fd, 0, os.SEEK_SET)
     while True:
@@ -296,7 +313,7 @@ def sha256_fd(fd):
         h.update(block)
 
 
-def human(n):
+def human(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
             return f"{n:.1f} {unit}"
@@ -304,7 +321,7 @@ def human(n):
     return str(n)
 
 
-def read_sidecar(dfd, dpath, name, owners):
+def read_sidecar(dfd: int, dpath: str, name: str, owners: Owners) -> tuple[str | None, bool]:
     """(checksum it names or None, whether it is a clean root-owned file). A sidecar that is not
     a plain file of an expected owner is not read (it gets replaced)."""
     lst = lstat_entry(dfd, name)
@@ -315,18 +332,19 @@ def read_sidecar(dfd, dpath, name, owners):
         return None, False
     fd, st = opened
     try:
-        words = read_fd(fd, 4096).decode("utf-8", "replace").split()
+        words: list[str] = read_fd(fd, 4096).decode("utf-8", "replace").split()
     finally:
         os.close(fd)
     rec = words[0].lower() if words else None
-    return (rec if rec and HEX64.match(rec) else None), is_clean(st)
+    clean: bool = is_clean(st)
+    return (rec if rec and HEX64.match(rec) else None), clean
 
 
-def sidecar_bytes(digest, name):
+def sidecar_bytes(digest: str, name: str) -> bytes:
     return f"{digest}  {name}\n".encode()
 
 
-def _diff(changes, header):
+def _diff(changes: Sequence[Change], header: str) -> dict[str, str]:
     return {
         "before_header": header,
         "after_header": header,
@@ -335,11 +353,13 @@ def _diff(changes, header):
     }
 
 
-def ensure_directory(dest, base, takeover_uid, check_mode):
+def ensure_directory(
+    dest: str, base: str | None, takeover_uid: int | None, check_mode: bool
+) -> Result:
     with walk_dir(
         dest, base or dest, takeover_uid=takeover_uid, modify=not check_mode, create=True
     ) as w:
-        result = {
+        result: Result = {
             "changed": bool(w.changes),
             "dest": dest,
             "path": w.path if w.exists else dest,
@@ -350,14 +370,14 @@ def ensure_directory(dest, base, takeover_uid, check_mode):
         return result
 
 
-def fetch(p, check_mode=False):
+def fetch(p: Params, check_mode: bool = False) -> Result:
     """The module's work, without AnsibleModule: `p` holds the options (missing ones take their
     defaults). Returns the result dict; raises FetchError or UnsafePathError."""
     p = {**DEFAULTS, **p}
     dest = os.path.normpath(p["dest"])
     if not os.path.isabs(dest):
         raise FetchError(f"dest must be an absolute path, not {p['dest']!r}")
-    takeover_uid = resolve_uid(p["takeover_owner"])
+    takeover_uid: int | None = resolve_uid(p["takeover_owner"])
     if p["state"] == "directory":
         return ensure_directory(dest, p["base"], takeover_uid, check_mode)
     want = (p["sha256"] or "").strip().lower()
@@ -369,7 +389,13 @@ def fetch(p, check_mode=False):
     check_name(name)
     probe = p["state"] == "probe"
     modify = not check_mode and not probe
-    result = {"changed": False, "dest": dest, "valid": False, "resumed_from": 0, "actions": []}
+    result: Result = {
+        "changed": False,
+        "dest": dest,
+        "valid": False,
+        "resumed_from": 0,
+        "actions": [],
+    }
     with walk_dir(
         ddir, p["base"] or ddir, takeover_uid=takeover_uid, modify=modify, create=True
     ) as w:
@@ -386,16 +412,19 @@ def fetch(p, check_mode=False):
         )
 
 
-def _fetch_in(w, p, *, dest, want, owners, check_mode, result):
+def _fetch_in(
+    w: Any, p: Params, *, dest: str, want: str, owners: Owners, check_mode: bool, result: Result
+) -> Result:
     """fetch's work in the opened directory `w`."""
     name = os.path.basename(dest)
     probe = p["state"] == "probe"
-    dfd, dpath = w.fd, w.path
+    dfd: int = w.fd
+    dpath: str = w.path
     # a directory that is not (yet) root's in check mode or for a probe: look, never touch
     settled = w.exists and not w.changes
     reserve = p["min_free_mb"] * 1024 * 1024
 
-    def check_space(total, have=0):
+    def check_space(total: int | None, have: int = 0) -> None:
         _check_space(dfd, dpath, name, total, have, reserve=reserve, result=result)
 
     if not w.exists:  # check mode or probe: the directory is not there yet
@@ -447,7 +476,17 @@ def _fetch_in(w, p, *, dest, want, owners, check_mode, result):
     return result
 
 
-def _download_verified(p, dfd, dpath, *, dest, want, owners, check_space, result):
+def _download_verified(
+    p: Params,
+    dfd: int,
+    dpath: str,
+    *,
+    dest: str,
+    want: str,
+    owners: Owners,
+    check_space: Callable[..., None],
+    result: Result,
+) -> tuple[str, int]:
     """Download (resuming) into <name>.part, a root-owned regular file with one link, and verify
     it; its (sha256, size)."""
     name = os.path.basename(dest)
@@ -467,7 +506,16 @@ def _download_verified(p, dfd, dpath, *, dest, want, owners, check_space, result
             os.close(pfd)
 
 
-def _check_space(dfd, dpath, name, total, have=0, *, reserve, result):
+def _check_space(
+    dfd: int,
+    dpath: str,
+    name: str,
+    total: int | None,
+    have: int = 0,
+    *,
+    reserve: int,
+    result: Result,
+) -> None:
     """Refuse (FetchError) when the directory lacks room for the rest of `total` bytes (None:
     unknown, not checked) plus the `reserve`."""
     if total is None:
@@ -484,7 +532,9 @@ def _check_space(dfd, dpath, name, total, have=0, *, reserve, result):
         )
 
 
-def _remove_unsafe_temps(dfd, dpath, name, owners, result, *, changed=True):
+def _remove_unsafe_temps(
+    dfd: int, dpath: str, name: str, owners: Owners, result: Result, *, changed: bool = True
+) -> None:
     """Remove a <name>.part or <name>.sha256.tmp that is not a clean temporary file of ours;
     each removal is an action (and a change, with `changed`)."""
     for tname in (name + ".part", name + ".sha256.tmp"):
@@ -495,7 +545,9 @@ def _remove_unsafe_temps(dfd, dpath, name, owners, result, *, changed=True):
                 result["changed"] = True
 
 
-def _open_part(dfd, dpath, part, owners, actions):
+def _open_part(
+    dfd: int, dpath: str, part: str, owners: Owners, actions: list[str]
+) -> tuple[int | None, int]:
     """(fd, size) of an existing partial download, made root's 0600; (None, 0) when none."""
     opened = open_regular(dfd, dpath, part, os.O_RDWR, owners)
     if opened is None:
@@ -508,7 +560,9 @@ def _open_part(dfd, dpath, part, owners, actions):
     return pfd, pst.st_size
 
 
-def _verify_part(pfd, dfd, part, *, dest, want, p, result):
+def _verify_part(
+    pfd: int, dfd: int, part: str, *, dest: str, want: str, p: Params, result: Result
+) -> tuple[str, int]:
     """The download's (sha256, size) once it has the expected sha256 (and GGUF magic, with
     check_magic), synced and mode FILE_MODE; else it is deleted and FetchError raised."""
     name = os.path.basename(dest)
@@ -533,7 +587,7 @@ def _verify_part(pfd, dfd, part, *, dest, want, p, result):
     return got, os.fstat(pfd).st_size
 
 
-def _install(dfd, dpath, part, name, got):
+def _install(dfd: int, dpath: str, part: str, name: str, got: str) -> None:
     """Rename the verified download to its final name and write its sidecar."""
     side = name + ".sha256"
     slst = lstat_entry(dfd, side)
@@ -545,7 +599,17 @@ def _install(dfd, dpath, part, name, got):
     replace_file(dfd, dpath, side, sidecar_bytes(got, name))
 
 
-def _in_place(dfd, dpath, name, want, *, verify_existing, owners, modify, result):
+def _in_place(
+    dfd: int,
+    dpath: str,
+    name: str,
+    want: str,
+    *,
+    verify_existing: bool,
+    owners: Owners,
+    modify: bool,
+    result: Result,
+) -> tuple[bool, str, list[Change]]:
     """Whether the final name holds the expected content. Returns (valid, what is there now for
     the diff, [(path, before, after)] of the fixes to its ownership and sidecar, made with
     `modify`). Sets `valid` and `size` in `result`."""
@@ -590,9 +654,9 @@ def _in_place(dfd, dpath, name, want, *, verify_existing, owners, modify, result
         os.close(fd)
 
 
-def _remote_size(p, result):
+def _remote_size(p: Params, result: Result) -> int | None:
     """The size the server names in answer to HEAD, else the `size` option (None: unknown)."""
-    total = p["size"]
+    total: int | None = p["size"]
     try:
         head = open_following(p, "HEAD")
         length = head.headers.get("Content-Length")
@@ -605,7 +669,7 @@ def _remote_size(p, result):
     return total
 
 
-def _get(p, have, result):
+def _get(p: Params, have: int, result: Result) -> Any:
     """The GET response from byte `have` on; None when the server says the range is past the end
     (the partial file is already complete)."""
     try:
@@ -618,9 +682,19 @@ def _get(p, have, result):
         raise FetchError("Download of {} failed: {}".format(p["url"], e), result) from e
 
 
-def _download(p, dfd, part, pfd, have, *, check_space, result):
+def _download(
+    p: Params,
+    dfd: int,
+    part: str,
+    pfd: int | None,
+    have: int,
+    *,
+    check_space: Callable[..., None],
+    result: Result,
+) -> tuple[int | None, int]:
     total = _remote_size(p, result)
     if total is not None and have > total:
+        assert pfd is not None  # have > 0 is the size of an open partial file
         os.ftruncate(pfd, 0)
         have = 0
     check_space(total, have)
@@ -650,7 +724,7 @@ def _download(p, dfd, part, pfd, have, *, check_space, result):
     return pfd, os.fstat(pfd).st_size
 
 
-ARGUMENT_SPEC = {
+ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "dest": {"type": "path", "required": True},
     "sha256": {"type": "str"},
     "url": {"type": "str"},
@@ -669,7 +743,7 @@ ARGUMENT_SPEC = {
 DEFAULTS = {k: v.get("default") for k, v in ARGUMENT_SPEC.items()}
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
         required_if=[("state", "present", ("sha256",)), ("state", "probe", ("sha256",))],
