@@ -33,6 +33,14 @@ import pwd
 import re
 import stat
 import unicodedata
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection
+
+    Change = tuple[str, str, str]  # (path, before, after)
+    Owners = Collection[int | None]  # who may own an entry (None: nobody more)
+    Bad = Callable[[str, str], NoReturn]  # raises InvalidMetadataError for (field, why)
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -56,14 +64,14 @@ class InvalidMetadataError(ValueError):
     """A metadata document with a bad field. The message names the file and the field."""
 
 
-def owner_name(uid):
+def owner_name(uid: int) -> str:
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return f"uid {uid}"
 
 
-def describe(st):
+def describe(st: os.stat_result) -> str:
     """`llama:1001 0755` style: owner, group and mode of a stat result."""
     try:
         group = grp.getgrgid(st.st_gid).gr_name
@@ -72,7 +80,7 @@ def describe(st):
     return f"{owner_name(st.st_uid)}:{group} {stat.S_IMODE(st.st_mode):04o}"
 
 
-def kind(st_mode):
+def kind(st_mode: int) -> str:
     for test, name in (
         (stat.S_ISLNK, "a symbolic link"),
         (stat.S_ISFIFO, "a FIFO"),
@@ -87,7 +95,7 @@ def kind(st_mode):
     return "an unknown kind of file"
 
 
-def resolve_uid(account):
+def resolve_uid(account: str | int | None) -> int | None:
     """uid of the takeover account (a name or a number); None for none, root or an unknown name
     (nothing is then taken over)."""
     if account is None or str(account).strip() == "":
@@ -103,13 +111,13 @@ def resolve_uid(account):
     return uid or None
 
 
-def has_control(text):
+def has_control(text: str) -> bool:
     """Control characters (C0, DEL, C1, which include newline and carriage return) or the Unicode
     line and paragraph separators."""
     return any(unicodedata.category(c) == "Cc" or c in "\u2028\u2029" for c in text)
 
 
-def check_name(name, what="file name"):
+def check_name(name: Any, what: str = "file name") -> str:
     """A single path component the role creates: no slash, no control characters, not . or .."""
     if (
         not isinstance(name, str)
@@ -124,11 +132,11 @@ def check_name(name, what="file name"):
     return name
 
 
-def join(parent, name):
+def join(parent: str, name: str) -> str:
     return parent.rstrip("/") + "/" + name
 
 
-def _components(path):
+def _components(path: str) -> list[str]:
     return [c for c in path.split("/") if c not in ("", ".")]
 
 
@@ -138,32 +146,34 @@ class DirWalk:
     directory created or taken over (or that would be, without `modify`). Close it (a context
     manager)."""
 
-    def __init__(self, fd, path, exists, changes):
+    def __init__(self, fd: int, path: str, exists: bool, changes: list[Change]) -> None:
         self.fd = fd
         self.path = path
         self.exists = exists
         self.changes = changes
 
-    def close(self):
+    def close(self) -> None:
         if self.fd is not None:
             os.close(self.fd)
-            self.fd = None
+            self.fd = None  # type: ignore[assignment]  # closed: no descriptor to use
 
-    def __enter__(self):
+    def __enter__(self) -> DirWalk:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def _ancestor_ok(st):
+def _ancestor_ok(st: os.stat_result) -> bool:
     """A directory above the role's own ones: root's, and nobody else can change its entries (a
     sticky directory such as /tmp: nobody else can rename or remove root's entries in it)."""
     mode = stat.S_IMODE(st.st_mode)
     return st.st_uid == 0 and not (mode & 0o022 and not mode & stat.S_ISVTX)
 
 
-def _ancestor_error(path, st, base, below=None):
+def _ancestor_error(
+    path: str, st: os.stat_result, base: str, below: str | None = None
+) -> UnsafePathError:
     """`below`: what the next name of the walk is, when that says more (a link)."""
     if st.st_uid != 0:
         what, fix = f"is owned by {owner_name(st.st_uid)}", f"chown root {path}"
@@ -177,7 +187,7 @@ def _ancestor_error(path, st, base, below=None):
     )
 
 
-def _next_is_link(dfd, dpath, name):
+def _next_is_link(dfd: int, dpath: str, name: str) -> str | None:
     """For the message of a refused directory: what the next name of the walk is, if a link."""
     try:
         lst = os.stat(name, dir_fd=dfd, follow_symlinks=False)
@@ -191,7 +201,7 @@ def _next_is_link(dfd, dpath, name):
     )
 
 
-def _link_error(path, lst):
+def _link_error(path: str, lst: os.stat_result) -> UnsafePathError:
     return UnsafePathError(
         f"{path} is a symbolic link owned by {owner_name(lst.st_uid)}, not root; a link another "
         "account controls is never followed (it could point root anywhere). Fix: if you made it, "
@@ -200,7 +210,14 @@ def _link_error(path, lst):
     )
 
 
-def walk_dir(path, base=None, *, takeover_uid=None, modify=True, create=True):
+def walk_dir(
+    path: str,
+    base: str | None = None,
+    *,
+    takeover_uid: int | None = None,
+    modify: bool = True,
+    create: bool = True,
+) -> DirWalk:
     """Open the directory `path` (absolute) through a chain of directory descriptors from `/`.
 
     `base` (default `path`) is the role's models directory: it and the directories below it on the
@@ -212,7 +229,7 @@ def walk_dir(path, base=None, *, takeover_uid=None, modify=True, create=True):
     path = os.path.normpath(path)
     base = os.path.normpath(base or path)
     todo = _walk_todo(path, base)
-    changes = []
+    changes: list[Change] = []
     stack = [(os.open("/", DIR_FLAGS), "/")]
     try:
         st = os.fstat(stack[0][0])
@@ -261,7 +278,7 @@ def walk_dir(path, base=None, *, takeover_uid=None, modify=True, create=True):
             os.close(fd)
 
 
-def _walk_todo(path, base):
+def _walk_todo(path: str, base: str) -> collections.deque[tuple[str, bool]]:
     """The components walk_dir goes through from `/`, each with whether it is managed (the
     models directory `base` and what is below it on the way to `path`)."""
     if not os.path.isabs(path) or not os.path.isabs(base):
@@ -280,7 +297,7 @@ def _walk_todo(path, base):
     return todo
 
 
-def _stat_or_make(name, pfd, *, make):
+def _stat_or_make(name: str, pfd: int, *, make: bool) -> tuple[os.stat_result | None, bool]:
     """(lstat of the entry, created?); the directory is made (0700 until it is root:root 0755)
     when it is missing and `make`; (None, False) when it is missing and not made."""
     try:
@@ -297,7 +314,9 @@ def _stat_or_make(name, pfd, *, make):
     return os.stat(name, dir_fd=pfd, follow_symlinks=False), created
 
 
-def _record_absent(here, todo, changes):
+def _record_absent(
+    here: str, todo: collections.deque[tuple[str, bool]], changes: list[Change]
+) -> None:
     """The directories a walk without `modify` would create: `here` and the rest of `todo`."""
     want = "directory root:root 0755"
     changes.append((here, "absent", want))
@@ -307,7 +326,17 @@ def _record_absent(here, todo, changes):
             changes.append((here, "absent", want))
 
 
-def _follow_link(name, pfd, here, lst, *, links, managed, stack, todo):
+def _follow_link(
+    name: str,
+    pfd: int,
+    here: str,
+    lst: os.stat_result,
+    *,
+    links: int,
+    managed: bool,
+    stack: list[tuple[int, str]],
+    todo: collections.deque[tuple[str, bool]],
+) -> int:
     """Follow root's symbolic link `here`: its target's components replace it in `todo` (an
     absolute target restarts from `/`). Returns the links followed so far."""
     if lst.st_uid != 0:
@@ -334,7 +363,7 @@ def _follow_link(name, pfd, here, lst, *, links, managed, stack, todo):
     return links
 
 
-def _open_dir_entry(name, pfd, here, lst):
+def _open_dir_entry(name: str, pfd: int, here: str, lst: os.stat_result) -> int:
     """Open the directory entry `name` (lstat `lst`) of `pfd` without following a link."""
     if not stat.S_ISDIR(lst.st_mode):
         raise UnsafePathError(
@@ -349,7 +378,16 @@ def _open_dir_entry(name, pfd, here, lst):
         raise
 
 
-def _own_dir(fd, path, st, *, takeover_uid, modify, created, changes):
+def _own_dir(
+    fd: int,
+    path: str,
+    st: os.stat_result,
+    *,
+    takeover_uid: int | None,
+    modify: bool,
+    created: bool,
+    changes: list[Change],
+) -> None:
     """Make a managed (or newly created) directory root:root 0755 through its descriptor."""
     mode = stat.S_IMODE(st.st_mode)
     if (st.st_uid, st.st_gid, mode) == (0, 0, DIR_MODE):
@@ -378,14 +416,14 @@ def _own_dir(fd, path, st, *, takeover_uid, modify, created, changes):
         raise UnsafePathError(f"{path} could not be made root:root 0755 (it is {describe(st)})")
 
 
-def lstat_entry(dfd, name):
+def lstat_entry(dfd: int, name: str) -> os.stat_result | None:
     try:
         return os.stat(name, dir_fd=dfd, follow_symlinks=False)
     except FileNotFoundError:
         return None
 
 
-def entry_problem(st, owners=None):
+def entry_problem(st: os.stat_result, owners: Owners | None = None) -> str | None:
     """Why a directory entry is not a plain file root may use: None when it is a regular file
     with one link (owned by one of `owners`, when given)."""
     if not stat.S_ISREG(st.st_mode):
@@ -398,7 +436,9 @@ def entry_problem(st, owners=None):
     return None
 
 
-def remove_unsafe_temp(dfd, dpath, name, owners, *, modify=True):
+def remove_unsafe_temp(
+    dfd: int, dpath: str, name: str, owners: Owners, *, modify: bool = True
+) -> str | None:
     """A temporary name of the role (`<file>.part`, `<file>.sha256.tmp`, ...) in a root-owned
     directory: remove whatever is there unless it is a regular file with one link owned by one
     of `owners` (a link is removed, never followed; a hard link's other names keep their file).
@@ -419,7 +459,9 @@ def remove_unsafe_temp(dfd, dpath, name, owners, *, modify=True):
     return f"{path}: removed {problem}"
 
 
-def open_regular(dfd, dpath, name, flags=os.O_RDONLY, owners=None):
+def open_regular(
+    dfd: int, dpath: str, name: str, flags: int = os.O_RDONLY, owners: Owners | None = None
+) -> tuple[int, os.stat_result] | None:
     """Open an entry that must be a regular file with one link, never following a link and
     never blocking on a FIFO. Returns (fd, stat) or None when there is no such entry; raises
     UnsafePathError for anything else."""
@@ -446,7 +488,7 @@ def open_regular(dfd, dpath, name, flags=os.O_RDONLY, owners=None):
     return fd, st
 
 
-def is_clean(st, mode=FILE_MODE):
+def is_clean(st: os.stat_result, mode: int = FILE_MODE) -> bool:
     """A finished file of the role: regular, one link, root:root, `mode`."""
     return (
         stat.S_ISREG(st.st_mode)
@@ -455,7 +497,7 @@ def is_clean(st, mode=FILE_MODE):
     )
 
 
-def create_exclusive(dfd, name, mode=TEMP_MODE):
+def create_exclusive(dfd: int, name: str, mode: int = TEMP_MODE) -> int:
     """A new file that did not exist (O_EXCL: never an existing file or link), root:root `mode`."""
     fd = os.open(name, CREATE_FLAGS, mode, dir_fd=dfd)
     try:
@@ -467,15 +509,16 @@ def create_exclusive(dfd, name, mode=TEMP_MODE):
     return fd
 
 
-def write_all(fd, data):
+def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         n = os.write(fd, view)
         view = view[n:]
 
 
-def read_fd(fd, limit):
-    chunks, left = [], limit + 1
+def read_fd(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    left = limit + 1
     while left > 0:
         chunk = os.read(fd, min(1 << 20, left))
         if not chunk:
@@ -485,7 +528,15 @@ def read_fd(fd, limit):
     return b"".join(chunks)
 
 
-def replace_file(dfd, dpath, name, data, *, mode=FILE_MODE, temp=None):
+def replace_file(
+    dfd: int,
+    dpath: str,
+    name: str,
+    data: bytes,
+    *,
+    mode: int = FILE_MODE,
+    temp: str | None = None,
+) -> None:
     """Write `data` to a fresh root-owned temporary file (O_EXCL, 0600 until complete), then
     rename it over `name`, both through the directory's descriptor. A stale temporary entry
     (whatever it is) is removed first; what was at `name` is replaced, never written to."""
@@ -525,16 +576,16 @@ PATH_FIELDS = ("path", "dir", "mmproj")
 FREE_TEXT_MAPS = ("kv", "metadata")
 
 
-def _is_number(v):
+def _is_number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def validate_metadata(doc, source):
+def validate_metadata(doc: Any, source: str) -> dict[str, Any]:
     """Check a model's metadata document (metadata.json or the facts) and return it. `source`
     names where it comes from (the file). Raises InvalidMetadataError naming `source` and the
     field."""
 
-    def bad(field, why):
+    def bad(field: str, why: str) -> NoReturn:
         raise InvalidMetadataError(f"{source}: field {field} {why}; the file is not trusted")
 
     if not isinstance(doc, dict):
@@ -550,7 +601,7 @@ def validate_metadata(doc, source):
     return doc
 
 
-def _clean_strings(value, field, bad, *, free_text=False):
+def _clean_strings(value: Any, field: str, bad: Bad, *, free_text: bool = False) -> None:
     """No control characters in strings (except free text) and keys; only JSON types."""
     if isinstance(value, str):
         if not free_text and has_control(value):
@@ -567,7 +618,7 @@ def _clean_strings(value, field, bad, *, free_text=False):
         bad(field, f"has a value of type {type(value).__name__}")
 
 
-def _check_checksums(doc, bad):
+def _check_checksums(doc: dict[str, Any], bad: Bad) -> None:
     if "sha256" in doc:
         sums = doc["sha256"]
         if isinstance(sums, str):
@@ -583,7 +634,7 @@ def _check_checksums(doc, bad):
         bad("chat_template_sha256", "must be 64 lower-case hex digits")
 
 
-def _check_names_and_paths(doc, bad):
+def _check_names_and_paths(doc: dict[str, Any], bad: Bad) -> None:
     if "model" in doc and not (isinstance(doc["model"], str) and MODEL_NAME.match(doc["model"])):
         bad("model", f"must be a model name (letters, digits, . _ -), not {doc['model']!r}")
     for field in PATH_FIELDS:
@@ -602,7 +653,7 @@ def _check_names_and_paths(doc, bad):
             bad(field, "must be a string")
 
 
-def _check_numbers(doc, bad):
+def _check_numbers(doc: dict[str, Any], bad: Bad) -> None:
     for field in INT_FIELDS:
         if field in doc and not (isinstance(doc[field], int) and not isinstance(doc[field], bool)):
             bad(field, f"must be an integer, not {doc[field]!r}")
@@ -618,7 +669,7 @@ def _check_numbers(doc, bad):
             bad(field, "must be a mapping")
 
 
-def _check_tensors(doc, bad):
+def _check_tensors(doc: dict[str, Any], bad: Bad) -> None:
     tensors = doc.get("tensors", [])
     if not isinstance(tensors, list):
         bad("tensors", "must be a list")
@@ -632,12 +683,12 @@ def _check_tensors(doc, bad):
             bad(f"tensors[{i}]", "must have a name and a shape of integers")
 
 
-def dump_metadata(doc):
+def dump_metadata(doc: dict[str, Any]) -> bytes:
     """The bytes of metadata.json (sorted, indented, ASCII only: no raw line separators)."""
     return (json.dumps(doc, indent=4, sort_keys=True, separators=(",", ": ")) + "\n").encode()
 
 
-def load_metadata_fd(fd, source):
+def load_metadata_fd(fd: int, source: str) -> dict[str, Any]:
     """Parse and validate a metadata document read from an open file."""
     data = read_fd(fd, MAX_METADATA_BYTES)
     if len(data) > MAX_METADATA_BYTES:
@@ -651,7 +702,7 @@ def load_metadata_fd(fd, source):
     return validate_metadata(doc, source)
 
 
-def read_saved_metadata(path, takeover_uid=None):
+def read_saved_metadata(path: str, takeover_uid: int | None = None) -> dict[str, Any] | None:
     """Read and validate a saved metadata.json without following links or blocking, without
     changing anything. Returns the document, or None when there is none. Raises UnsafePathError
     (a link, a FIFO, a hard-linked file, a directory chain root does not control) or
