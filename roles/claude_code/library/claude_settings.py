@@ -180,6 +180,8 @@ import signal
 import stat
 import time
 import traceback
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -200,7 +202,7 @@ CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEX
 # The account whose files are written: name, uid, primary gid, home directory.
 Account = collections.namedtuple("Account", "name uid gid home")
 
-OPTION_DEFAULTS = {
+OPTION_DEFAULTS: dict[str, Any] = {
     "env": {},
     "env_absent": [],
     "settings": {},
@@ -220,13 +222,13 @@ OPTION_DEFAULTS = {
 class SettingsError(Exception):
     """A refusal or failure; msg is the module's failure message, extra more result keys."""
 
-    def __init__(self, msg, **extra):
+    def __init__(self, msg: str, **extra: Any) -> None:
         super().__init__(msg)
         self.msg = msg
         self.extra = extra
 
 
-def options(**overrides):
+def options(**overrides: Any) -> dict[str, Any]:
     """The options of update_settings: the defaults with overrides."""
     unknown = set(overrides) - set(OPTION_DEFAULTS)
     if unknown:
@@ -236,7 +238,7 @@ def options(**overrides):
     return opts
 
 
-def parse_mode(value):
+def parse_mode(value: Any) -> int | None:
     """An octal mode string ("0600") or an int; None stays None."""
     if value is None:
         return None
@@ -258,11 +260,11 @@ def parse_mode(value):
 # merging
 
 
-def _misplaced(key):
+def _misplaced(key: str) -> bool:
     return key.startswith(MISPLACED_PREFIXES) or key in MISPLACED_KEYS
 
 
-def _merge(dst, src, prefix, changed):
+def _merge(dst: dict[str, Any], src: Mapping[str, Any], prefix: str, changed: list[str]) -> None:
     for key, value in src.items():
         name = prefix + key
         if isinstance(value, dict) and isinstance(dst.get(key), dict):
@@ -272,7 +274,7 @@ def _merge(dst, src, prefix, changed):
             changed.append(name)
 
 
-def _masked(data, secrets):
+def _masked(data: dict[str, Any], secrets: Iterable[str]) -> dict[str, Any]:
     out = copy.deepcopy(data)
     env = out.get("env")
     if isinstance(env, dict):
@@ -285,11 +287,11 @@ def _masked(data, secrets):
     return out
 
 
-def _dump(data):
+def _dump(data: Any) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
-def _parse(raw, path):
+def _parse(raw: bytes, path: str) -> dict[str, Any]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -301,7 +303,7 @@ def _parse(raw, path):
     if not text.strip():
         return {}
     try:
-        data = json.loads(text)
+        data: Any = json.loads(text)
     except ValueError as exc:
         line = getattr(exc, "lineno", "?")
         col = getattr(exc, "colno", "?")
@@ -322,10 +324,12 @@ def _parse(raw, path):
     return data
 
 
-def merge_settings(data, opts, path):
+def merge_settings(
+    data: dict[str, Any], opts: Mapping[str, Any], path: str
+) -> tuple[list[str], list[str]]:
     """Apply the options to data (in place); returns (changed_keys, moved)."""
-    changed_keys = []
-    moved = []
+    changed_keys: list[str] = []
+    moved: list[str] = []
     env = data.get("env")
     if env is None:
         env = {}
@@ -381,34 +385,34 @@ _KINDS = (
 )
 
 
-def _kind(st_mode):
+def _kind(st_mode: int) -> str:
     for test, name in _KINDS:
         if test(st_mode):
             return name
     return "special file"
 
 
-def _who(uid):
+def _who(uid: int) -> str:
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return f"uid {uid}"
 
 
-def _close(fd):
+def _close(fd: int | None) -> None:
     if fd is not None:
         with contextlib.suppress(OSError):
             os.close(fd)
 
 
-def _lstat(name, dir_fd):
+def _lstat(name: str, dir_fd: int) -> os.stat_result | None:
     try:
         return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except OSError:
         return None
 
 
-def _not_a_directory(name, dir_fd, display, owner):
+def _not_a_directory(name: str, dir_fd: int, display: str, owner: str) -> str:
     st = _lstat(name, dir_fd)
     fix = f"Remove it (or make it a real directory owned by {owner}) and run again."
     if st is None:
@@ -424,7 +428,7 @@ def _not_a_directory(name, dir_fd, display, owner):
     )
 
 
-def _open_dir(name, dir_fd, display, owner):
+def _open_dir(name: str, dir_fd: int, display: str, owner: str) -> int | None:
     """Open a directory entry without following a link; None when it does not exist."""
     try:
         return os.open(name, DIR_FLAGS, dir_fd=dir_fd)
@@ -438,7 +442,7 @@ def _open_dir(name, dir_fd, display, owner):
         ) from None
 
 
-def _split_under(dirpath, anchor):
+def _split_under(dirpath: str, anchor: str) -> list[str] | None:
     """The components of dirpath below anchor, or None when it is not below it."""
     if dirpath == anchor:
         return []
@@ -448,7 +452,9 @@ def _split_under(dirpath, anchor):
     return [c for c in dirpath[len(prefix) :].split("/") if c]
 
 
-def _user_dir(path, account, create, check_mode):
+def _user_dir(
+    path: str, account: Account, create: bool, check_mode: bool
+) -> tuple[int | None, bool]:
     """Open the directory of path as the account, from its home; (fd or None, changed).
 
     fd is None only in check mode, when the directory does not exist yet."""
@@ -488,15 +494,17 @@ def _user_dir(path, account, create, check_mode):
                 return None, True
             os.close(fd)
             fd = sub
-            last = index == len(rel) - 1
-            changed = _check_user_dir(fd, display, account, last, check_mode) or made or changed
+            is_last = index == len(rel) - 1
+            changed = _check_user_dir(fd, display, account, is_last, check_mode) or made or changed
     except BaseException:
         _close(fd)
         raise
     return fd, changed
 
 
-def _open_or_make_dir(comp, fd, display, account, *, create, check_mode):
+def _open_or_make_dir(
+    comp: str, fd: int, display: str, account: Account, *, create: bool, check_mode: bool
+) -> tuple[int | None, bool]:
     """(fd of the directory comp of fd, made?); (None, True) in check mode when it is missing."""
     sub = _open_dir(comp, fd, display, account.name)
     if sub is not None:
@@ -519,7 +527,7 @@ def _open_or_make_dir(comp, fd, display, account, *, create, check_mode):
     return sub, True
 
 
-def _check_user_dir(fd, display, account, last, check_mode):
+def _check_user_dir(fd: int, display: str, account: Account, last: bool, check_mode: bool) -> bool:
     """The directory must be the account's; the last one gets DIR_MODE. True when that changed
     (or would change) its mode."""
     st = os.fstat(fd)
@@ -535,7 +543,7 @@ def _check_user_dir(fd, display, account, last, check_mode):
     return False
 
 
-def _check_root_dir(fd, display, path):
+def _check_root_dir(fd: int, display: str, path: str) -> None:
     st = os.fstat(fd)
     fix = "Make it owned by root and not writable by group or others, then run again."
     if st.st_uid != 0:
@@ -551,7 +559,7 @@ def _check_root_dir(fd, display, path):
         )
 
 
-def _root_dir(path, anchor, check_mode):
+def _root_dir(path: str, anchor: str, check_mode: bool) -> int | None:
     """Open the directory of path as root, from anchor; every directory is root's alone.
 
     Returns None only in check mode, when the directory does not exist yet."""
@@ -560,6 +568,7 @@ def _root_dir(path, anchor, check_mode):
     rel = _split_under(dirpath, anchor)
     if rel is None:
         raise SettingsError(f"{path} is not under {anchor}")
+    fd: int | None
     try:
         fd = os.open(anchor, DIR_FLAGS)
     except OSError as exc:
@@ -586,7 +595,7 @@ def _root_dir(path, anchor, check_mode):
     return fd
 
 
-def _open_error(exc, name, dfd, display, owner):
+def _open_error(exc: OSError, name: str, dfd: int, display: str, owner: str) -> SettingsError:
     """The SettingsError for a settings file that could not be opened: what is in its place."""
     st = _lstat(name, dfd)
     if exc.errno in (errno.ELOOP, errno.EMLINK) or (st and stat.S_ISLNK(st.st_mode)):
@@ -609,7 +618,9 @@ def _open_error(exc, name, dfd, display, owner):
     return SettingsError(f"{display}: cannot open it as {owner}: {exc.strerror}")
 
 
-def _check_settings_file(st, display, account, owner, max_size):
+def _check_settings_file(
+    st: os.stat_result, display: str, account: Account | None, owner: str, max_size: int
+) -> None:
     """The opened settings file must be a regular file of the account, with one name, at most
     max_size bytes; else SettingsError."""
     if not stat.S_ISREG(st.st_mode):
@@ -636,7 +647,9 @@ def _check_settings_file(st, display, account, owner, max_size):
         )
 
 
-def _read_existing(dfd, name, display, account, max_size):
+def _read_existing(
+    dfd: int, name: str, display: str, account: Account | None, max_size: int
+) -> tuple[int | None, os.stat_result | None, bytes]:
     """Open and read the settings file; (fd, stat, bytes), or (None, None, b"") when missing."""
     owner = account.name if account is not None else "root"
     try:
@@ -667,20 +680,20 @@ def _read_existing(dfd, name, display, account, max_size):
     return fd, st, b"".join(chunks)
 
 
-def _random_token():
+def _random_token() -> str:
     return os.urandom(6).hex()
 
 
-def _timestamp():
+def _timestamp() -> str:
     return time.strftime("%Y-%m-%d@%H:%M:%S")
 
 
-def _unlink_quiet(dfd, name):
+def _unlink_quiet(dfd: int, name: str) -> None:
     with contextlib.suppress(OSError):
         os.unlink(name, dir_fd=dfd)
 
 
-def _create_exclusive(dfd, make_name, display_dir):
+def _create_exclusive(dfd: int, make_name: Callable[[], str], display_dir: str) -> tuple[str, int]:
     """(name, fd) of a new file, created exclusively under a fresh name from make_name."""
     for _ in range(NAME_ATTEMPTS):
         name = make_name()
@@ -698,7 +711,16 @@ def _create_exclusive(dfd, make_name, display_dir):
     )
 
 
-def _write_new(dfd, make_name, content, *, mode, owner, display_dir, keep_open=False):
+def _write_new(
+    dfd: int,
+    make_name: Callable[[], str],
+    content: bytes,
+    *,
+    mode: int,
+    owner: tuple[int, int] | None,
+    display_dir: str,
+    keep_open: bool = False,
+) -> tuple[str, int | None]:
     """Write content to a new file (a fresh name, created exclusively, never through a link);
     owner is (uid, gid) for fchown (-1 keeps one) or None. Returns (name, fd): with keep_open
     fd stays open and is not synced yet (the caller does both), else it is None."""
@@ -729,7 +751,15 @@ def _write_new(dfd, make_name, content, *, mode, owner, display_dir, keep_open=F
     return name, (fd if keep_open else None)
 
 
-def _replace(dfd, name, content, *, mode, owner, display_dir):
+def _replace(
+    dfd: int,
+    name: str,
+    content: bytes,
+    *,
+    mode: int,
+    owner: tuple[int, int] | None,
+    display_dir: str,
+) -> None:
     """Write content to a new file beside name and rename it over name.
 
     In a directory another process can change (a user's own), the temporary name may be replaced
@@ -749,6 +779,7 @@ def _replace(dfd, name, content, *, mode, owner, display_dir):
             display_dir=display_dir,
             keep_open=True,
         )
+        assert fd is not None  # keep_open: the new file stays open
         try:
             ours = os.fstat(fd)
             try:
@@ -775,7 +806,7 @@ def _replace(dfd, name, content, *, mode, owner, display_dir):
     )
 
 
-def _settings_path(path, account):
+def _settings_path(path: str, account: Account | None) -> tuple[str, str, str]:
     """(normalized path, its directory, its name); the path must be absolute and name a file,
     and a user's file must be written as that user."""
     path = os.path.normpath(path)
@@ -792,14 +823,18 @@ def _settings_path(path, account):
     return path, dirpath, name
 
 
-def _settings_dir(path, account, opts, anchor, check_mode):
+def _settings_dir(
+    path: str, account: Account | None, opts: Mapping[str, Any], anchor: str, check_mode: bool
+) -> tuple[int | None, bool]:
     """(fd of the file's directory or None, changed): a user's from the home, root's from anchor."""
     if account is not None:
         return _user_dir(path, account, opts["create"], check_mode)
     return _root_dir(path, anchor, check_mode), False
 
 
-def _diff(path, before, after, opts):
+def _diff(
+    path: str, before: dict[str, Any] | None, after: dict[str, Any], opts: Mapping[str, Any]
+) -> dict[str, str]:
     """The module's diff of the settings, secrets masked; before is None for a new file."""
     secrets = set(SECRET_KEYS) | {opts["token_key"]}
     return {
@@ -810,7 +845,7 @@ def _diff(path, before, after, opts):
     }
 
 
-def _read_only_result(path, raw, st):
+def _read_only_result(path: str, raw: bytes, st: os.stat_result | None) -> dict[str, Any]:
     """The module result of read_only: the file's content and mode, nothing changed."""
     return {
         "changed": False,
@@ -823,7 +858,9 @@ def _read_only_result(path, raw, st):
     }
 
 
-def _wanted_attrs(opts, account, st):
+def _wanted_attrs(
+    opts: Mapping[str, Any], account: Account | None, st: os.stat_result | None
+) -> tuple[int, int, int, tuple[int, int]]:
     """(mode, uid, gid, owner for fchown) the file should have; st is the existing file's stat
     (None: a new file). A user's file is the user's; root's keeps its owner unless opts say."""
     old_mode = stat.S_IMODE(st.st_mode) if st is not None else NEW_FILE_MODE
@@ -836,7 +873,7 @@ def _wanted_attrs(opts, account, st):
     return mode, uid, gid, (uid, gid)
 
 
-def _backup(dfd, name, raw, owner, dirpath):
+def _backup(dfd: int, name: str, raw: bytes, owner: tuple[int, int], dirpath: str) -> str:
     """A copy of the old content beside the file (mode 0600: it may hold a key); its name."""
     backup, _ = _write_new(
         dfd,
@@ -849,7 +886,15 @@ def _backup(dfd, name, raw, owner, dirpath):
     return backup
 
 
-def update_settings(path, opts, account=None, *, check_mode=False, want_diff=False, anchor="/"):
+def update_settings(
+    path: str,
+    opts: Mapping[str, Any],
+    account: Account | None = None,
+    *,
+    check_mode: bool = False,
+    want_diff: bool = False,
+    anchor: str = "/",
+) -> dict[str, Any]:
     """Read, merge and (unless check_mode) write one settings file; returns the module result.
 
     account (an Account) is the user whose file it is; the caller must already run as that
@@ -872,7 +917,7 @@ def update_settings(path, opts, account=None, *, check_mode=False, want_diff=Fal
         changed_keys, moved = merge_settings(data, opts, path)
         content_changed = (not exists) or data != before
         mode, uid, gid, owner = _wanted_attrs(opts, account, st)
-        attrs_changed = exists and (
+        attrs_changed = st is not None and (
             stat.S_IMODE(st.st_mode) != mode or st.st_uid != uid or st.st_gid != gid
         )
 
@@ -887,8 +932,9 @@ def update_settings(path, opts, account=None, *, check_mode=False, want_diff=Fal
         if check_mode:
             return result
 
+        assert dfd is not None  # None only in check mode or read_only, which returned above
         if content_changed:
-            if exists and opts["backup"]:
+            if st is not None and opts["backup"]:
                 backup_owner = owner if account is not None else (st.st_uid, st.st_gid)
                 backup = _backup(dfd, name, raw, backup_owner, dirpath)
                 result["backup_file"] = os.path.join(dirpath, backup)
@@ -896,6 +942,7 @@ def update_settings(path, opts, account=None, *, check_mode=False, want_diff=Fal
                 dfd, name, _dump(data).encode("utf-8"), mode=mode, owner=owner, display_dir=dirpath
             )
         elif attrs_changed:
+            assert st is not None and fd is not None  # attributes change on an existing file
             if st.st_uid != uid or st.st_gid != gid:
                 os.fchown(fd, *owner)
             os.fchmod(fd, mode)
@@ -911,7 +958,7 @@ def update_settings(path, opts, account=None, *, check_mode=False, want_diff=Fal
 # running as another user
 
 
-def drop_privileges(uid, gid, groups):
+def drop_privileges(uid: int, gid: int, groups: Iterable[int]) -> None:
     """Become uid/gid with these supplementary groups, for good (real, effective and saved)."""
     if os.geteuid() == 0:
         os.setgroups(list(groups))
@@ -932,7 +979,13 @@ def drop_privileges(uid, gid, groups):
             raise SettingsError(f"uid {uid} could become root again; refusing to go on")
 
 
-def _child(wfd, ids, func, args, kwargs):
+def _child(
+    wfd: int,
+    ids: tuple[int, int, Iterable[int]],
+    func: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> None:
     uid, gid, groups = ids
     status = 0
     try:
@@ -941,7 +994,7 @@ def _child(wfd, ids, func, args, kwargs):
         os.umask(0o077)
         try:
             drop_privileges(uid, gid, groups)
-            reply = {"ok": func(*args, **kwargs)}
+            reply: dict[str, Any] = {"ok": func(*args, **kwargs)}
         except SettingsError as exc:
             reply = {"error": exc.msg, "extra": exc.extra}
         except Exception as exc:
@@ -958,7 +1011,15 @@ def _child(wfd, ids, func, args, kwargs):
         os._exit(status)
 
 
-def run_dropped(uid, gid, groups, func, *args, timeout=None, **kwargs):
+def run_dropped(
+    uid: int,
+    gid: int,
+    groups: Iterable[int],
+    func: Callable[..., Any],
+    *args: Any,
+    timeout: float | None = None,
+    **kwargs: Any,
+) -> Any:
     """Call func(*args, **kwargs) in a forked child running as uid/gid/groups only and return
     its (JSON-able) result; a SettingsError in the child is raised here with the same message.
     timeout (seconds): kill the child and fail after that long."""
@@ -968,7 +1029,7 @@ def run_dropped(uid, gid, groups, func, *args, timeout=None, **kwargs):
         os.close(rfd)
         _child(wfd, (uid, gid, groups), func, args, kwargs)
     os.close(wfd)
-    chunks = []
+    chunks: list[bytes] = []
     deadline = None if timeout is None else time.monotonic() + timeout
     reaped = False
     try:
@@ -1003,7 +1064,15 @@ def run_dropped(uid, gid, groups, func, *args, timeout=None, **kwargs):
     return reply["ok"]
 
 
-def run_as_user(name, path, opts, *, check_mode=False, want_diff=False, timeout=None):
+def run_as_user(
+    name: str,
+    path: str,
+    opts: Mapping[str, Any],
+    *,
+    check_mode: bool = False,
+    want_diff: bool = False,
+    timeout: float | None = None,
+) -> Any:
     """update_settings for a user's file, in a child that runs as that user."""
     try:
         pw = pwd.getpwnam(name)
@@ -1025,7 +1094,7 @@ def run_as_user(name, path, opts, *, check_mode=False, want_diff=False, timeout=
     )
 
 
-def _resolve_id(kind, value):
+def _resolve_id(kind: str, value: Any) -> int | None:
     """uid/gid of an owner/group name or number; None when unknown."""
     text = str(value).strip()
     if text.isdigit():
@@ -1036,7 +1105,7 @@ def _resolve_id(kind, value):
         return None
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "path": {"type": "path", "required": True},
