@@ -1,12 +1,27 @@
-"""Parse llama-server command lines from every form users keep them in.
+"""llama-server command lines: the options as llama.cpp's own parser reads them.
 
-Forms: POSIX shell scripts (``\\`` continuations, ``VAR=value`` assignments, ``export``),
-Windows ``.cmd``/``.bat`` files (``^`` continuations, ``set VAR=value``, ``%VAR%``), systemd
-``ExecStart=`` lines (see :mod:`llamafleet.units`), structured YAML/JSON argument mappings (the
-``llama_server`` role's instance variables, rendered by :func:`render_argv`), and raw argv strings.
+Every form users keep their flags in (shell scripts, Windows ``.cmd``/``.bat`` and PowerShell
+files, systemd units, Docker Compose files and ``docker run``, the ``llama_server`` role's
+structured variables, raw argv strings; see :mod:`llamafleet.readers`) ends in the same
+:class:`ServerConfig`: the options in order, each with the line it came from, plus the
+``LLAMA_ARG_*`` environment equivalents.
 
-Every form ends in the same :class:`ServerConfig`: the options in order, each with the line it
-came from, plus the ``LLAMA_ARG_*`` environment equivalents.
+The reading follows llama.cpp's ``common/arg.cpp`` (``common_params_parse_ex``):
+
+* every argument must be an option: a word that is not (``model.gguf`` after a flag that takes
+  no value, ``true`` after ``--jinja``) stops llama-server with ``error: invalid argument``, and so
+  does ``--ctx-size=4096`` (there is no ``=`` form) or ``"--port 8080"`` as one argument;
+* a long option may be written with ``_`` for ``-`` (``--ctx_size``): llama.cpp replaces every
+  ``_`` of an argument that starts with ``--`` before looking it up;
+* an option that takes a value takes the next argument, whatever it is;
+* on/off options accept ``on|enabled|true|1``, ``off|disabled|false|0`` and (where the handler
+  says so) ``auto|-1``; ``-ngl`` also ``auto`` and ``all``; each option's accepted words come from
+  its handler (:mod:`llamafleet.flags`).
+
+A value the validator cannot know (a shell or systemd variable set outside the file) is
+*unknown*, never invalid: :attr:`Option.unknown`. An unquoted expansion that may split into
+several words (``$EXTRA_ARGS``) may hold options: the config is then *opaque*
+(:attr:`ServerConfig.opaque`) and a bare word after it is not called stray.
 """
 
 from __future__ import annotations
@@ -17,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from llamafleet.flags import CHOICES, INTEGER_STRINGS, FlagSpec, table
+from llamafleet.flags import FALSEY, TRUTHY, FlagSpec, table
 
 
 class ParseError(ValueError):
@@ -28,10 +43,34 @@ class ParseError(ValueError):
         self.line = line
 
 
-@dataclass(frozen=True)
 class Token:
-    text: str
-    line: int
+    """One argument as the program receives it, with the line it was written on.
+
+    ``unknown``: its text holds an expansion the validator cannot resolve (the text is what was
+    written). ``split``: an unquoted expansion of that kind, which the shell (or systemd) splits
+    into zero or more arguments: what follows it may sit at other positions."""
+
+    __slots__ = ("line", "split", "text", "unknown")
+
+    def __init__(self, text: str, line: int, unknown: bool = False, split: bool = False) -> None:
+        self.text = text
+        self.line = line
+        self.unknown = unknown
+        self.split = split
+
+    def __repr__(self) -> str:
+        flags = "?" if self.unknown else ""
+        return f"Token({self.text!r}{flags}, {self.line})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Token) and (self.text, self.line, self.unknown, self.split) == (
+            other.text,
+            other.line,
+            other.unknown,
+            other.split,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 @dataclass
@@ -46,6 +85,9 @@ class Option:
     negated: bool = False
     from_env: str | None = None  # the LLAMA_ARG_* variable it came from
     missing_value: bool = False
+    #: the value is an expansion the validator cannot resolve (``value`` is its text as
+    #: written, e.g. ``${CTX}``): rules that need the value stay silent
+    unknown: bool = False
 
     @property
     def display(self) -> str:
@@ -54,6 +96,15 @@ class Option:
         if self.value is None:
             return self.written
         return f"{self.written} {self.value}"
+
+
+@dataclass
+class Refusal:
+    """An argument llama-server refuses at start-up ("error: invalid argument: ...")."""
+
+    token: Token
+    kind: str  # positional | equals | joined
+    option: str | None = None  # the option it belongs to, when known
 
 
 @dataclass
@@ -66,7 +117,21 @@ class ServerConfig:
     options: list[Option] = field(default_factory=list)
     env: dict[str, tuple[str, int]] = field(default_factory=dict)
     positional: list[Token] = field(default_factory=list)
-    source: str = "argv"  # argv | shell | cmd | unit | mapping
+    source: str = "argv"  # argv | shell | cmd | powershell | unit | mapping | compose | docker
+    #: arguments llama-server refuses (positional words, --opt=value, "--opt value" in one word)
+    refused: list[Refusal] = field(default_factory=list)
+    #: option lines cut off from the command by a missing line continuation (each: the first
+    #: argument of the line)
+    detached: list[Token] = field(default_factory=list)
+    #: options may hide in an expansion the validator cannot resolve
+    opaque: bool = False
+    #: in a container: (host address, host port, container port) of each published port;
+    #: None when not in a container (or with the host's network)
+    published: list[tuple[str, int, int]] | None = None
+    #: other names the server is reached by (a Compose service name, a container name)
+    names: tuple[str, ...] = ()
+    #: the llama.cpp build number the file itself names (a release archive, an image tag)
+    build: int | None = None
     _index: dict[str, Option] = field(default_factory=dict, repr=False)
     _indexed: int = field(default=-1, repr=False)
 
@@ -88,10 +153,20 @@ class ServerConfig:
         return opt is not None and not opt.negated
 
     def value(self, canonical: str) -> str | None:
+        """The option's value as written; None when absent or negated. An unknown value (an
+        expansion the validator cannot resolve) is its text as written: see :meth:`is_unknown`."""
         opt = self.get(canonical)
         return None if opt is None or opt.negated else opt.value
 
+    def is_unknown(self, canonical: str) -> bool:
+        """Whether the option is given with a value the validator cannot resolve."""
+        opt = self.get(canonical)
+        return opt is not None and opt.unknown
+
     def int_value(self, canonical: str) -> int | None:
+        """The value as an integer; None when absent, unknown or not an integer."""
+        if self.is_unknown(canonical):
+            return None
         v = self.value(canonical)
         if v is None:
             return None
@@ -101,230 +176,34 @@ class ServerConfig:
             return None
 
     def bool_value(self, canonical: str) -> bool | None:
-        """True/False for on/off style options; None when not given."""
+        """True/False for on/off style options; None when not given or unknown."""
         opt = self.get(canonical)
-        if opt is None:
+        if opt is None or opt.unknown:
             return None
         if opt.negated:
             return False
         if opt.value is None:
             return True
-        return opt.value.lower() in ("1", "true", "on", "yes", "enabled")
-
-
-# ----------------------------------------------------------------------------- tokenizers
-
-
-_SEPARATORS = {";", "&&", "||", "|", "&"}
-
-
-def tokenize_shell(text: str) -> list[list[Token]]:
-    """Split shell text into commands of tokens (quotes, escapes, ``\\`` continuations).
-
-    Good enough for the scripts people keep llama-server in: no command substitution is run,
-    ``$VAR`` is kept literally (expanded later from static assignments).
-    """
-    commands: list[list[Token]] = []
-    cur: list[Token] = []
-    buf: list[str] = []
-    have = False
-    tok_line = line = 1
-    i, n = 0, len(text)
-
-    def flush() -> None:
-        nonlocal buf, have
-        if have:
-            cur.append(Token("".join(buf), tok_line))
-        buf, have = [], False
-
-    def end_command() -> None:
-        nonlocal cur
-        flush()
-        if cur:
-            commands.append(cur)
-        cur = []
-
-    while i < n:
-        ch = text[i]
-        if ch == "\\":
-            if i + 1 < n and text[i + 1] == "\n":
-                i += 2
-                line += 1
-                continue
-            if i + 1 < n and text[i + 1] == "\r" and i + 2 < n and text[i + 2] == "\n":
-                i += 3
-                line += 1
-                continue
-            if not have:
-                tok_line = line
-            have = True
-            if i + 1 < n:
-                buf.append(text[i + 1])
-            i += 2
-            continue
-        if ch in " \t\r":
-            flush()
-            i += 1
-            continue
-        if ch == "\n":
-            end_command()
-            line += 1
-            i += 1
-            continue
-        if ch == "#" and not have:
-            while i < n and text[i] != "\n":
-                i += 1
-            continue
-        if ch in "'\"":
-            if not have:
-                tok_line = line
-            have = True
-            q = ch
-            i += 1
-            while i < n and text[i] != q:
-                if q == '"' and text[i] == "\\" and i + 1 < n and text[i + 1] in '"\\$`\n':
-                    if text[i + 1] == "\n":
-                        line += 1
-                    else:
-                        buf.append(text[i + 1])
-                    i += 2
-                    continue
-                if text[i] == "\n":
-                    line += 1
-                buf.append(text[i])
-                i += 1
-            if i >= n:
-                raise ParseError(f"unterminated {q} quote", tok_line)
-            i += 1
-            continue
-        if ch in ";&|":
-            flush()
-            op = text[i : i + 2] if text[i : i + 2] in ("&&", "||") else ch
-            i += len(op)
-            end_command()
-            continue
-        if not have:
-            tok_line = line
-        have = True
-        buf.append(ch)
-        i += 1
-    end_command()
-    return commands
-
-
-def tokenize_cmd(text: str) -> list[list[Token]]:
-    """Split a Windows batch file into commands (``^`` continuations, ``"`` quotes)."""
-    commands: list[list[Token]] = []
-    cur: list[Token] = []
-    buf: list[str] = []
-    have = False
-    tok_line = line = 1
-    i, n = 0, len(text)
-    text = text.replace("\r\n", "\n")
-    n = len(text)
-    at_line_start = True
-
-    def flush() -> None:
-        nonlocal buf, have
-        if have:
-            cur.append(Token("".join(buf), tok_line))
-        buf, have = [], False
-
-    while i < n:
-        ch = text[i]
-        if at_line_start:
-            rest = text[i:].lstrip(" \t@")
-            low = rest[:4].lower()
-            if rest.startswith("::") or low == "rem" or low.startswith("rem ") or low == "rem\n":
-                while i < n and text[i] != "\n":
-                    i += 1
-                continue
-            at_line_start = False
-        if ch == "^":
-            if i + 1 < n and text[i + 1] == "\n":
-                i += 2
-                line += 1
-                continue
-            if not have:
-                tok_line = line
-            have = True
-            if i + 1 < n:
-                buf.append(text[i + 1])
-            i += 2
-            continue
-        if ch in " \t":
-            flush()
-            i += 1
-            continue
-        if ch == "\n":
-            flush()
-            if cur:
-                commands.append(cur)
-            cur = []
-            line += 1
-            i += 1
-            at_line_start = True
-            continue
-        if ch == '"':
-            if not have:
-                tok_line = line
-            have = True
-            i += 1
-            while i < n and text[i] not in '"\n':
-                buf.append(text[i])
-                i += 1
-            if i < n and text[i] == '"':
-                i += 1
-            continue
-        if ch == "&":
-            flush()
-            if cur:
-                commands.append(cur)
-            cur = []
-            i += 2 if text[i : i + 2] == "&&" else 1
-            continue
-        if not have:
-            tok_line = line
-        have = True
-        buf.append(ch)
-        i += 1
-    flush()
-    if cur:
-        commands.append(cur)
-    return commands
-
-
-# ----------------------------------------------------------------------------- expansion
-
-_SH_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
-_CMD_VAR = re.compile(r"%([A-Za-z_][A-Za-z0-9_]*)%")
-_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
-
-
-def expand_sh(text: str, variables: Mapping[str, str]) -> str:
-    def sub(m: re.Match[str]) -> str:
-        name = m.group(1) or m.group(3)
-        if name in variables:
-            return variables[name]
-        if m.group(2) is not None:
-            return m.group(2)
-        return m.group(0)
-
-    return _SH_VAR.sub(sub, text)
-
-
-def _is_server_binary(word: str) -> bool:
-    base = re.split(r"[\\/]", word)[-1].lower()
-    return base in ("llama-server", "llama-server.exe", "server", "server.exe") or (
-        base.startswith("llama-server") and not base.endswith((".sh", ".cmd", ".bat"))
-    )
+        return opt.value.lower() in (*TRUTHY, "yes")
 
 
 # ----------------------------------------------------------------------------- argv → options
 
 
 _NUMBER = re.compile(r"-\d+(\.\d+)?([eE][-+]?\d+)?")
-_INTEGER = re.compile(r"[-+]?\d+")
+_INTEGER = re.compile(r"\s*[-+]?\d+")
+_SERVER_SUFFIXES = (".sh", ".cmd", ".bat", ".ps1", ".py", ".service", ".log", ".txt", ".gguf")
+
+
+def is_server_binary(word: str) -> bool:
+    """Whether ``word`` names llama-server (a path, ``llama-server.exe``, the old ``server``)."""
+    base = re.split(r"[\\/]", word.strip("\"'"))[-1].lower()
+    return base in ("llama-server", "llama-server.exe", "server", "server.exe") or (
+        base.startswith("llama-server") and not base.endswith(_SERVER_SUFFIXES)
+    )
+
+
+_is_server_binary = is_server_binary  # the former private name
 
 
 def _looks_like_option(word: str) -> bool:
@@ -334,148 +213,138 @@ def _looks_like_option(word: str) -> bool:
 
 
 def parse_tokens(tokens: list[Token], cfg: ServerConfig) -> ServerConfig:
-    """Turn argv tokens (without the program name) into options of `cfg`."""
+    """Turn argv tokens (without the program name) into options of ``cfg``, as llama.cpp reads
+    them; arguments it refuses go to ``cfg.refused`` (and bare words to ``cfg.positional``)."""
     t = table()
     i = 0
-    while i < len(tokens):
+    n = len(tokens)
+    uncertain = False  # after an expansion that may hold options: a bare word may be a value
+    while i < n:
         tok = tokens[i]
         word = tok.text
+        if tok.split:
+            # an unresolved unquoted expansion: zero or more arguments, options among them maybe
+            cfg.opaque = True
+            uncertain = True
+            i += 1
+            continue
         if not _looks_like_option(word):
-            cfg.positional.append(tok)
+            if tok.unknown:
+                cfg.opaque = True
+                uncertain = True
+            elif not uncertain:
+                cfg.positional.append(tok)
+                cfg.refused.append(Refusal(tok, "positional"))
             i += 1
             continue
         name, eq, inline = word.partition("=")
+        if tok.unknown and any(c in name for c in "$%`!"):
+            # the option's own name is not known (``--$FLAG``): it may be anything
+            cfg.opaque = True
+            uncertain = True
+            i += 1
+            continue
+        uncertain = False
+        joined = False
+        if not eq and (" " in word or "\t" in word):
+            # one argument holding an option and its value ("--port 8080" in a YAML list)
+            name, _, rest = word.strip().partition(" ")
+            inline = rest.strip()
+            joined = bool(inline)
         found = t.lookup(name)
+        if eq or joined:
+            cfg.refused.append(
+                Refusal(tok, "equals" if eq else "joined", found[0].canonical if found else None)
+            )
         if found is None:
             # Unknown option: keep it; take a following non-option word as its value.
-            value: str | None = inline if eq else None
-            if not eq and i + 1 < len(tokens) and not _looks_like_option(tokens[i + 1].text):
-                value = tokens[i + 1].text
+            value: str | None = inline if (eq or joined) else None
+            unknown_value = False
+            if not (eq or joined) and i + 1 < n and not _looks_like_option(tokens[i + 1].text):
+                nxt = tokens[i + 1]
+                value, unknown_value = nxt.text, nxt.unknown or nxt.split
                 i += 1
-            cfg.options.append(Option(name, name, value, tok.line, None))
+            cfg.options.append(Option(name, name, value, tok.line, None, unknown=unknown_value))
             i += 1
             continue
         spec, negated = found
         opt = Option(name, spec.canonical, None, tok.line, spec, negated=negated)
         if spec.takes_value and not negated:
-            if eq:
+            if eq or joined:
                 opt.value = inline
-            elif i + 1 < len(tokens) and not _value_is_option(spec, tokens[i + 1].text):
-                opt.value = tokens[i + 1].text
+                opt.unknown = tok.unknown
+            elif i + 1 < n and not _value_is_option(spec, tokens[i + 1]):
+                nxt = tokens[i + 1]
+                opt.value = nxt.text
+                opt.unknown = nxt.unknown or nxt.split
                 i += 1
             else:
                 opt.missing_value = True
-        elif eq:
+        elif eq or joined:
             opt.value = inline
         cfg.options.append(opt)
         i += 1
     return cfg
 
 
-def _value_is_option(spec: FlagSpec, word: str) -> bool:
-    """Whether `word` after a value-taking option is really the next option."""
-    if not _looks_like_option(word):
+def _value_is_option(spec: FlagSpec, tok: Token) -> bool:
+    """Whether the argument after a value-taking option is really the next option."""
+    word = tok.text
+    if tok.split or not _looks_like_option(word):
         return False
-    choices = CHOICES.get(spec.canonical)
-    if choices and word in choices:
+    if spec.values and word in spec.values:
         return False
     return table().lookup(word.partition("=")[0]) is not None or word.startswith("--")
 
 
-def apply_env(cfg: ServerConfig, env: Mapping[str, tuple[str, int]]) -> None:
-    """Add LLAMA_ARG_* variables as options (they rank below the command line)."""
+def apply_env(
+    cfg: ServerConfig, env: Mapping[str, tuple[str, int]], unknown: Iterable[str] = ()
+) -> None:
+    """Add LLAMA_ARG_* variables as options (they rank below the command line). ``unknown``:
+    the variables whose values cannot be resolved. ``LLAMA_ARG_NO_X`` (any value) turns an
+    on/off option off, as llama.cpp reads it."""
     t = table()
+    unresolved = set(unknown)
     for key, (val, line) in env.items():
         cfg.env[key] = (val, line)
         spec = t.by_env.get(key)
+        negated_env = False
+        if spec is None and key.startswith("LLAMA_ARG_NO_"):
+            spec = t.by_env.get("LLAMA_ARG_" + key[len("LLAMA_ARG_NO_") :])
+            negated_env = spec is not None and bool(spec.negations)
+            if not negated_env:
+                spec = None
         if spec is None:
             continue
-        negated = spec.kind in ("bool", "flag") and val.strip().lower() in (
-            "0",
-            "false",
-            "off",
-            "no",
-            "disabled",
+        is_unknown = key in unresolved
+        text = val.strip()
+        negated = negated_env or (
+            not is_unknown
+            and spec.kind in ("bool", "flag")
+            and text.lower() in (*FALSEY, "no", "false")
         )
         value = val if spec.takes_value else None
         cfg.options.append(
-            Option(key, spec.canonical, value, line, spec, negated=negated, from_env=key)
+            Option(
+                key,
+                spec.canonical,
+                value,
+                line,
+                spec,
+                negated=negated,
+                from_env=key,
+                unknown=is_unknown and spec.takes_value,
+            )
         )
-
-
-def _find_server_command(
-    commands: list[list[Token]],
-    expand: Any,
-    variables: dict[str, str],
-    env_out: dict[str, tuple[str, int]],
-) -> list[Token] | None:
-    for cmd in commands:
-        words = [Token(expand(t.text, variables), t.line) for t in cmd]
-        # assignments: VAR=value, export VAR=value, set VAR=value (cmd)
-        j = 0
-        local_env: dict[str, tuple[str, int]] = {}
-        if words and words[0].text.lower() in ("export", "set", "declare", "local", "readonly"):
-            keyword = words[0].text.lower()
-            for w in words[1:]:
-                m = _ASSIGN.match(w.text)
-                if m:
-                    variables[m.group(1)] = m.group(2)
-                    if keyword in ("export", "set"):
-                        env_out[m.group(1)] = (m.group(2), w.line)
-            continue
-        while j < len(words) and _ASSIGN.match(words[j].text):
-            m = _ASSIGN.match(words[j].text)
-            assert m
-            local_env[m.group(1)] = (m.group(2), words[j].line)
-            j += 1
-        if j == len(words):
-            for k, (v, _) in local_env.items():
-                variables[k] = v
-            continue
-        rest = words[j:]
-        while rest and rest[0].text in ("exec", "nohup", "sudo", "time", "env", "call", "start"):
-            rest = rest[1:]
-            while rest and (_ASSIGN.match(rest[0].text) or rest[0].text.startswith("-")):
-                m = _ASSIGN.match(rest[0].text)
-                if m:
-                    local_env[m.group(1)] = (m.group(2), rest[0].line)
-                rest = rest[1:]
-        if rest and _is_server_binary(rest[0].text):
-            env_out.update(local_env)
-            return rest
-    return None
-
-
-def parse_script(text: str, path: str, windows: bool | None = None) -> ServerConfig:
-    """Parse a shell script or Windows batch file that starts llama-server."""
-    if windows is None:
-        windows = path.lower().endswith((".cmd", ".bat"))
-    commands = tokenize_cmd(text) if windows else tokenize_shell(text)
-    variables: dict[str, str] = {}
-    env: dict[str, tuple[str, int]] = {}
-
-    def expand(s: str, v: Mapping[str, str]) -> str:
-        if windows:
-            return _CMD_VAR.sub(lambda m: v.get(m.group(1), m.group(0)), s)
-        return expand_sh(s, v)
-
-    cmd = _find_server_command(commands, expand, variables, env)
-    if cmd is None:
-        raise ParseError("no llama-server command found (looked for llama-server or server)", 1)
-    cfg = ServerConfig(
-        path=path, line=cmd[0].line, binary=cmd[0].text, source="cmd" if windows else "shell"
-    )
-    parse_tokens(cmd[1:], cfg)
-    apply_env(cfg, env)
-    return cfg
 
 
 def parse_argv_string(text: str, path: str = "<argv>") -> ServerConfig:
     """Parse a raw command line; the program name is optional."""
-    commands = tokenize_shell(text)
-    tokens = [t for cmd in commands for t in cmd]
+    from llamafleet.readers.shell import split_command_line
+
+    tokens = split_command_line(text)
     cfg = ServerConfig(path=path, source="argv")
-    if tokens and _is_server_binary(tokens[0].text):
+    if tokens and is_server_binary(tokens[0].text):
         cfg.binary = tokens[0].text
         tokens = tokens[1:]
     return parse_tokens(tokens, cfg)
@@ -485,10 +354,36 @@ def parse_argv_list(argv: Iterable[str], path: str = "<argv>") -> ServerConfig:
     """Parse an argv list as given to exec(); the program name is optional."""
     words = list(argv)
     cfg = ServerConfig(path=path, source="argv")
-    if words and _is_server_binary(words[0]):
+    if words and is_server_binary(words[0]):
         cfg.binary = words[0]
         words = words[1:]
     return parse_tokens([Token(w, 1) for w in words], cfg)
+
+
+def parse_script_all(text: str, path: str, windows: bool | None = None) -> list[ServerConfig]:
+    """Every llama-server invocation of a shell script, batch or PowerShell file."""
+    from llamafleet.readers import read_script
+
+    return read_script(text, path, kind=_script_kind(path, windows)).servers
+
+
+def _script_kind(path: str, windows: bool | None) -> str:
+    low = path.lower()
+    if windows is None:
+        if low.endswith(".ps1"):
+            return "powershell"
+        return "cmd" if low.endswith((".cmd", ".bat")) else "shell"
+    if windows:
+        return "powershell" if low.endswith(".ps1") else "cmd"
+    return "shell"
+
+
+def parse_script(text: str, path: str, windows: bool | None = None) -> ServerConfig:
+    """The first llama-server invocation of a shell script, batch or PowerShell file."""
+    servers = parse_script_all(text, path, windows)
+    if not servers:
+        raise ParseError("no llama-server command found (looked for llama-server or server)", 1)
+    return servers[0]
 
 
 # ----------------------------------------------------------------------------- structured args
@@ -561,7 +456,9 @@ def render_argv(instance: Mapping[str, Any]) -> list[str]:
             argv += [flag, _scalar(v)]
     extra = instance.get("extra_args") or []
     if isinstance(extra, str):
-        extra = [t_.text for cmd in tokenize_shell(extra) for t_ in cmd]
+        from llamafleet.readers.shell import split_command_line
+
+        extra = [t_.text for t_ in split_command_line(extra)]
     argv += [str(x) for x in extra]
     return argv
 
@@ -586,9 +483,9 @@ def _env_str(value: Any) -> str:
 
 
 def validate_value(opt: Option) -> str | None:
-    """Return why an option's value is invalid, or None."""
+    """Why llama-server refuses an option's value, or None (an unknown value is never invalid)."""
     spec = opt.spec
-    if spec is None or opt.negated:
+    if spec is None or opt.negated or opt.unknown:
         return None
     if opt.missing_value:
         hint = f" ({spec.value_hint})" if spec.value_hint else ""
@@ -599,22 +496,39 @@ def validate_value(opt: Option) -> str | None:
     v = opt.value
     if v is None:
         return None
-    choices = CHOICES.get(spec.canonical)
-    if choices is not None and v not in choices:
-        return f"{opt.written} {v!r} is not one of {', '.join(choices)}"
-    if spec.kind == "int" or spec.canonical in INTEGER_STRINGS:
-        if spec.canonical == "--gpu-layers" and v in ("auto", "all"):
+    if spec.values is not None:
+        if v in spec.values:
             return None
-        if not _INTEGER.fullmatch(v.strip()):
-            return f"{opt.written} {v!r} is not an integer"
+        return f"{opt.written} {v!r} is not one of {', '.join(_shown(spec.values))}"
+    if spec.kind == "int":
+        if v in spec.special:
+            return None
+        if not _INTEGER.match(v) or not _INTEGER.fullmatch(v.strip()):
+            also = f" (or {', '.join(spec.special)})" if spec.special else ""
+            return f"{opt.written} {v!r} is not an integer{also}"
+        n = int(v.strip())
+        if n in spec.rejects:
+            if spec.canonical == "--parallel":
+                return f"{opt.written} {n} is rejected by llama-server (use -1 for auto, or N >= 1)"
+            return f"{opt.written} {n} is rejected by llama-server"
+        if spec.min_value is not None and n < spec.min_value:
+            return f"{opt.written} {n} is rejected by llama-server (the least is {spec.min_value})"
     if spec.kind == "float":
+        if v in spec.special:
+            return None
         try:
             float(v)
         except ValueError:
             return f"{opt.written} {v!r} is not a number"
-    if spec.canonical == "--parallel" and v.strip() == "0":
-        return f"{opt.written} 0 is rejected by llama-server (use -1 for auto, or N >= 1)"
     return None
+
+
+def _shown(values: tuple[str, ...]) -> tuple[str, ...]:
+    """The accepted words as --help names them: on|off|auto for the on/off family."""
+    if set(TRUTHY) <= set(values):
+        short = ["on", "off"] + (["auto"] if "auto" in values else [])
+        return (*short, *(v for v in values if v not in (*TRUTHY, *FALSEY, "auto", "-1")))
+    return values
 
 
 def home_relative(path: str) -> str:

@@ -11,16 +11,18 @@ from typing import TYPE_CHECKING
 
 from llamafleet import __version__
 from llamafleet.config_file import CONFIG_NAMES, find_config
-from llamafleet.errors import SEVERITIES, InputError
+from llamafleet.errors import SEVERITIES, InputError, InternalError
 
 if TYPE_CHECKING:
     from llamafleet.facts import Facts
     from llamafleet.refs import ReferencedFiles
 
-# Imports of the check machinery (catalogue, JSON Schema, YAML) happen inside the commands that
-# need them, so `plan` and `inspect` start fast.
+# Imports of the check machinery (catalogue, YAML, the planner) happen inside the commands that
+# need them, so each command loads only what it uses.
 
+EXIT_FINDINGS = 1
 EXIT_USAGE = 2
+EXIT_INTERNAL = 3
 CLIENT_ENV_PREFIXES = ("ANTHROPIC_", "CLAUDE_CODE_", "API_TIMEOUT_MS")
 
 
@@ -29,15 +31,14 @@ class UsageError(Exception):
 
 
 def _read(path: str) -> str:
+    """A file given on the command line: a regular file of at most 2 MiB, in any encoding
+    (llamafleet.textio); anything else is a usage error."""
+    from llamafleet.textio import read_text
+
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except FileNotFoundError as exc:
-        raise UsageError(f"{path}: no such file") from exc
-    except IsADirectoryError as exc:
-        raise UsageError(f"{path}: is a directory; give the files to check") from exc
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read: {exc.strerror}") from exc
+        return read_text(path)
+    except InputError as exc:
+        raise UsageError(str(exc)) from exc
 
 
 def _add_fact_options(p: argparse.ArgumentParser) -> None:
@@ -261,7 +262,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line; ``command``: the subcommand about to run (only its module is loaded;
+    None loads all, for ``--help``)."""
     p = argparse.ArgumentParser(
         prog="llamafleet",
         description="Check llama-server flags, systemd units and Claude Code settings against "
@@ -326,10 +329,19 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--format", choices=("human", "json"), default="human")
     i.set_defaults(func=cmd_inspect)
 
-    _register_plan(sub)
-    from llamafleet import template_cli
+    if command in (None, "plan"):
+        _register_plan(sub)
+    else:  # listed in `llamafleet --help`; its module (the planner) is not loaded for `check`
+        sub.add_parser("plan", help="estimate GPU memory for a model and llama-server flags")
+    if command in (None, "template"):
+        from llamafleet import template_cli
 
-    template_cli.register(sub)
+        template_cli.register(sub)
+    else:
+        sub.add_parser(
+            "template",
+            help="check a chat template against Claude Code's late system message, or fix it",
+        )
     return p
 
 
@@ -342,26 +354,45 @@ def _register_plan(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Exit codes: 0 clean, 1 findings at the threshold, 2 bad usage or unreadable input,
+    3 an internal error (one line on stderr naming the file)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     server_argv: list[str] = []
     if "--" in args_list and args_list and args_list[0] == "check":
         cut = args_list.index("--")
         args_list, server_argv = args_list[:cut], args_list[cut + 1 :]
-    parser = build_parser()
+    command = next((a for a in args_list if not a.startswith("-")), None)
+    parser = build_parser(command if command in ("check", "explain", "rules", "inspect") else None)
     args = parser.parse_args(args_list)
     if args.command == "check":
         args.server_argv = server_argv
     try:
         code: int = args.func(args)
         return code
-    except UsageError as exc:
-        sys.stderr.write(f"llamafleet: error: {exc}\n")
-        return EXIT_USAGE
-    except InputError as exc:
-        sys.stderr.write(f"llamafleet: error: {exc}\n")
+    except (UsageError, InputError) as exc:
+        sys.stderr.write(f"llamafleet: error: {_one_line(str(exc))}\n")
         return EXIT_USAGE
     except BrokenPipeError:
         return 0
+    except InternalError as exc:
+        sys.stderr.write(f"llamafleet: internal error: {_one_line(str(exc))}\n")
+        return EXIT_INTERNAL
+    except RecursionError as exc:
+        sys.stderr.write(f"llamafleet: error: input nested too deeply: {_one_line(str(exc))}\n")
+        return EXIT_USAGE
+    except (MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        files = " ".join(getattr(args, "files", None) or []) or args.command
+        sys.stderr.write(
+            f"llamafleet: internal error while running {args.command} on {files}: "
+            f"{type(exc).__name__}: {_one_line(str(exc))}\n"
+        )
+        return EXIT_INTERNAL
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:2000]
 
 
 if __name__ == "__main__":

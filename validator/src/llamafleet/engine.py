@@ -7,18 +7,26 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from llamafleet.argv import ParseError, ServerConfig, parse_argv_string, parse_mapping, parse_script
+from llamafleet.argv import ParseError, ServerConfig, parse_argv_string, parse_mapping
 from llamafleet.catalogue import RuleInfo, catalogue
-from llamafleet.errors import SEVERITIES, InputError
+from llamafleet.errors import SEVERITIES, InputError, InternalError
 from llamafleet.facts import Facts
 from llamafleet.refs import NEVER, ReferencedFiles
 from llamafleet.rules import Context, Hit, load_all
-from llamafleet.settings import STAT, FromStat, SettingsFile, group_clients, load_settings
+from llamafleet.settings import (
+    STAT,
+    FromStat,
+    SettingsFile,
+    env_settings,
+    group_clients,
+    load_settings,
+)
 from llamafleet.units import Unit, parse_unit
+
+if TYPE_CHECKING:
+    from llamafleet.readers.common import Listener, ReadResult
 
 RANK = {s: i for i, s in enumerate(SEVERITIES)}
 
@@ -57,15 +65,15 @@ class Config:
 
 
 def load_config(path: str) -> Config:
+    from llamafleet import safeyaml
+    from llamafleet.textio import read_text
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh) or {}
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}{where}: not valid YAML: {exc}") from exc
+        data = safeyaml.load(read_text(path)) or {}
+    except safeyaml.YAMLInputError as exc:
+        raise ConfigError(f"{path}:{exc.line}: {exc}") from exc
+    except InputError as exc:
+        raise ConfigError(str(exc)) from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping with skip/severity/fail_on")
     unknown = set(data) - {"skip", "severity", "fail_on"}
@@ -108,25 +116,37 @@ class Inputs:
     settings: list[SettingsFile] = field(default_factory=list)
     texts: dict[str, str] = field(default_factory=dict)
     problems: list[Hit] = field(default_factory=list)  # LF002
+    #: proxies and other programs the inputs start that listen where a client may point
+    listeners: list[Listener] = field(default_factory=list)
+
+
+_COMPOSE_NAMES = re.compile(r"(?:^|[-_.])(?:docker-)?compose(?:[-_.][\w.-]*)?\.ya?ml$")
 
 
 def _detect(path: str, text: str) -> str:
     low = path.lower()
+    base = os.path.basename(low)
     if low.endswith((".service", ".unit")) or re.search(r"^\[Service\]", text, re.M):
         return "unit"
     if low.endswith((".cmd", ".bat")):
         return "cmd"
+    if low.endswith(".ps1"):
+        return "powershell"
     if low.endswith(".json"):
         stripped = text.lstrip()
-        if "settings" in os.path.basename(low) or not stripped.startswith("{"):
+        if "settings" in base or not stripped.startswith("{"):
             return "settings"
         try:
             data = json.loads(text)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return "settings"
         return "mapping" if _is_mapping_doc(data) else "settings"
-    if low.endswith((".yml", ".yaml")):
-        return "mapping"
+    if low.endswith((".yml", ".yaml")) or _COMPOSE_NAMES.search(base):
+        return "yaml"
+    if base == ".env" or low.endswith(".env"):
+        return "env"
+    if re.search(r"(?m)`[ \t]*\r?$", text) and re.search(r"(?i)\$env:|\.exe\b|^\s*&\s", text):
+        return "powershell"  # backtick continuations: a PowerShell script without its .ps1
     return "shell"
 
 
@@ -144,115 +164,202 @@ def add_file(
     mode: int | FromStat | None = STAT,
 ) -> None:
     """Parse ``text`` (of ``path``) into ``inputs``. ``mode``: for a settings file, its
-    permission bits when known to the caller (default: from ``os.stat(path)``)."""
+    permission bits when known to the caller (default: from ``os.stat(path)``).
+
+    A file in which nothing could be read (no llama-server command, unit, settings or Claude Code
+    environment) is reported (LF002), never passed over. A bug met while reading raises
+    :class:`~llamafleet.errors.InternalError` naming the file."""
     inputs.texts[path] = text
     kind = kind or _detect(path, text)
     try:
-        if kind == "unit":
-            inputs.units.append(parse_unit(text, path, inputs.referenced))
-        elif kind in ("cmd", "shell"):
-            inputs.servers.append(parse_script(text, path, windows=kind == "cmd"))
-        elif kind == "settings":
-            inputs.settings.append(load_settings(path, text, scope, mode=mode))
-        elif kind == "mapping":
-            inputs.servers.extend(_parse_mapping_doc(text, path))
-        elif kind == "argv":
-            inputs.servers.append(parse_argv_string(text, path))
-        else:  # pragma: no cover - kinds come from this module
-            raise ParseError(f"unknown input kind {kind}")
+        _add(inputs, path, text, kind, scope=scope, mode=mode)
     except ParseError as exc:
-        inputs.problems.append(
-            Hit(
-                path,
-                exc.line,
-                {
-                    "detail": f"cannot read as {_KIND_NAMES.get(kind, kind)}: {exc}",
-                    "hint": _KIND_HINTS.get(kind, "Check the file."),
-                },
-            )
+        _problem(
+            inputs, path, exc.line, f"cannot read as {_KIND_NAMES.get(kind, kind)}: {exc}", kind
         )
+    except InputError as exc:
+        line = getattr(exc, "line", 1)
+        _problem(inputs, path, line, f"cannot read as {_KIND_NAMES.get(kind, kind)}: {exc}", kind)
+    except (RecursionError, MemoryError) as exc:
+        _problem(
+            inputs,
+            path,
+            1,
+            f"cannot read: too large or too deeply nested ({type(exc).__name__})",
+            kind,
+        )
+    except Exception as exc:
+        raise InternalError(
+            f"{path}: internal error while reading it as {_KIND_NAMES.get(kind, kind)}: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def _problem(inputs: Inputs, path: str, line: int, detail: str, kind: str) -> None:
+    inputs.problems.append(
+        Hit(path, line, {"detail": detail, "hint": _KIND_HINTS.get(kind, "Check the file.")})
+    )
+
+
+def _add(
+    inputs: Inputs,
+    path: str,
+    text: str,
+    kind: str,
+    *,
+    scope: str | None,
+    mode: int | FromStat | None,
+) -> None:
+    if kind == "unit":
+        unit = parse_unit(text, path, inputs.referenced)
+        inputs.units.append(unit)
+        if unit.server is None:
+            exec_start = unit.get("Service", "ExecStart")
+            if exec_start is None:
+                raise ParseError("no [Service] section with ExecStart= (nothing to check)", 1)
+            raise ParseError(
+                f"ExecStart= runs {unit.program or exec_start.value!r}, not llama-server "
+                "(nothing to check)",
+                exec_start.line,
+            )
+    elif kind in ("cmd", "shell", "powershell", "env"):
+        from llamafleet.readers import read_script
+
+        result = read_script(text, path, kind="shell" if kind == "env" else kind)
+        found = _dotenv(inputs, path, text) if kind == "env" else False
+        _take(inputs, path, result, kind, found)
+    elif kind == "settings":
+        inputs.settings.append(load_settings(path, text, scope, mode=mode))
+    elif kind in ("mapping", "yaml", "compose"):
+        _yaml(inputs, path, text, kind)
+    elif kind == "argv":
+        inputs.servers.append(parse_argv_string(text, path))
+    else:  # pragma: no cover - kinds come from this module
+        raise ParseError(f"unknown input kind {kind}")
+
+
+def _take(inputs: Inputs, path: str, result: ReadResult, kind: str, found: bool = False) -> None:
+    inputs.servers.extend(result.servers)
+    inputs.units.extend(result.units)  # type: ignore[arg-type]
+    inputs.listeners.extend(result.listeners)
+    for client in result.clients:
+        inputs.settings.append(env_settings(path, client.values, client.name))
+    if result.empty and not found:
+        what = {
+            "cmd": "no llama-server.exe command",
+            "powershell": "no llama-server command",
+            "compose": "no llama-server service",
+        }.get(kind, "no llama-server command")
+        raise ParseError(f"{what} and no Claude Code environment (ANTHROPIC_*) found", 1)
+
+
+def _dotenv(inputs: Inputs, path: str, text: str) -> bool:
+    """A ``.env`` file: every assignment is an environment variable (Claude Code's)."""
+    from llamafleet.readers.common import EnvValue, is_client_key
+
+    values: dict[str, EnvValue] = {}
+    for no, raw in enumerate(text.splitlines(), 1):
+        s = raw.strip().removeprefix("export ").strip()
+        k, eq, v = s.partition("=")
+        k = k.strip()
+        if not eq or not is_client_key(k) or s.startswith("#"):
+            continue
+        v = v.strip()
+        if len(v) >= 2 and v[0] == v[-1] and v[0] in "'\"":
+            v = v[1:-1]
+        values[k] = EnvValue(v, no, "$" in v)
+    if values:
+        inputs.settings.append(env_settings(path, values))
+    return bool(values)
+
+
+def _yaml(inputs: Inputs, path: str, text: str, kind: str) -> None:
+    from llamafleet import safeyaml
+    from llamafleet.readers.compose import is_compose
+
+    try:
+        data = safeyaml.load(text, yaml12=kind != "mapping")
+    except safeyaml.YAMLInputError as exc:
+        raise ParseError(str(exc), exc.line) from exc
+    if kind != "mapping" and is_compose(data):
+        from llamafleet.readers import read_compose
+
+        _take(inputs, path, read_compose(data, text, path), "compose")
+        return
+    if kind != "mapping" and isinstance(data, dict) and isinstance(data.get("model_list"), list):
+        from llamafleet.readers.common import Listener
+
+        # a LiteLLM proxy's config: it listens (on its default port unless told otherwise)
+        # in front of the servers it names
+        inputs.listeners.append(Listener("0.0.0.0", 4000, "LiteLLM (its default port)", 1))
+        return
+    if kind != "mapping":
+        if not (isinstance(data, dict) and _is_mapping_doc(data)):
+            raise ParseError(
+                "not a Compose file (services:), llama_server instance variables (args:, "
+                "llama_server_instances:) or a LiteLLM config (model_list:)",
+                1,
+            )
+        data = safeyaml.load(text)  # Ansible's variables are YAML 1.1 (yes/no/on/off)
+    inputs.servers.extend(_parse_mapping_doc(data, path))
 
 
 _KIND_NAMES = {
     "unit": "a systemd unit",
     "cmd": "a Windows batch file",
+    "powershell": "a PowerShell script",
     "shell": "a shell script",
+    "env": "an environment file",
     "settings": "Claude Code settings",
     "mapping": "llama-server instance variables",
+    "yaml": "YAML (Compose, instance variables)",
+    "compose": "a Compose file",
     "argv": "a llama-server command line",
 }
 _KIND_HINTS = {
     "shell": "The script must run llama-server (or server) directly; quotes must be balanced.",
     "cmd": "The batch file must run llama-server.exe; lines are continued with a final ^.",
-    "unit": "Use Key=value lines inside [Unit]/[Service]/[Install] sections.",
+    "powershell": "The script must run llama-server.exe; lines are continued with a final `.",
+    "unit": "Use Key=value lines inside [Unit]/[Service]/[Install] sections, with "
+    "ExecStart= running llama-server.",
     "mapping": "Give a mapping with 'args' (and model/host/port/extra_args/environment), or "
     "'llama_server_instances': a list of such mappings.",
+    "yaml": "Give a Compose file with a llama-server service, or llama_server instance "
+    "variables ('args', 'llama_server_instances').",
+    "compose": "Give a service with a llama.cpp server image (ghcr.io/ggml-org/llama.cpp:server) "
+    "or a command that runs llama-server.",
+    "env": "Give NAME=value lines with ANTHROPIC_* / CLAUDE_CODE_* variables.",
     "argv": "Quote values that contain spaces.",
     "settings": "Fix the JSON.",
 }
 
 
-class _LineLoader(yaml.SafeLoader):
-    pass
+def _parse_mapping_doc(data: Any, path: str) -> list[ServerConfig]:
+    from llamafleet.safeyaml import YMap, plain
 
-
-def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    mapping = loader.construct_mapping(node, deep=True)
-    mapping["__line__"] = node.start_mark.line + 1
-    return mapping
-
-
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def _strip_lines(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _strip_lines(v) for k, v in value.items() if k != "__line__"}
-    if isinstance(value, list):
-        return [_strip_lines(v) for v in value]
-    return value
-
-
-def _parse_mapping_doc(text: str, path: str) -> list[ServerConfig]:
-    try:
-        data = yaml.load(text, Loader=_LineLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ParseError(
-            f"not valid YAML/JSON: {getattr(exc, 'problem', exc)}",
-            mark.line + 1 if mark is not None else 1,
-        ) from exc
     if not isinstance(data, dict):
         raise ParseError("expected a mapping", 1)
     instances = data.get("llama_server_instances")
     if instances is None:
         instances = [data]
     if not isinstance(instances, list):
-        raise ParseError("llama_server_instances must be a list", int(data.get("__line__", 1)))
+        line = data.lines.get("llama_server_instances", 1) if isinstance(data, YMap) else 1
+        raise ParseError("llama_server_instances must be a list", line)
     out = []
     for inst in instances:
         if not isinstance(inst, dict):
             raise ParseError("each instance must be a mapping", 1)
-        line = int(inst.get("__line__", 1))
+        line = inst.line if isinstance(inst, YMap) else 1
         args = inst.get("args")
-        line_args = int(args.get("__line__", line)) if isinstance(args, dict) else line
-        cfg = parse_mapping(_strip_lines(inst), path, line)
-        if isinstance(args, dict):
+        cfg = parse_mapping(plain(inst), path, line)
+        if isinstance(args, YMap):
             # point each option at the line of its key
             for opt in cfg.options:
                 key = opt.canonical.lstrip("-").replace("-", "_")
-                lines = _key_lines(text, key)
-                opt.line = next((ln for ln in lines if ln >= line_args), opt.line)
+                if key in args.lines:
+                    opt.line = args.lines[key]
         out.append(cfg)
     return out
-
-
-def _key_lines(text: str, key: str) -> list[int]:
-    return [
-        i
-        for i, ln in enumerate(text.splitlines(), 1)
-        if re.match(r'\s*"?' + re.escape(key) + r'"?\s*:', ln)
-    ]
 
 
 # ----------------------------------------------------------------------------- suppressions
@@ -344,6 +451,7 @@ def run(
         clients=group_clients(inputs.settings, process_env or {}),
         facts=facts,
         referenced=inputs.referenced,
+        listeners=inputs.listeners,
     )
     wanted = set(only) if only is not None else None
     raw: list[Finding] = []
@@ -353,8 +461,14 @@ def run(
         pred = registry.get(rid)
         if pred is None:
             continue
-        for hit in pred(ctx):
-            raw.append(_finding(info, hit, config))
+        try:
+            for hit in pred(ctx):
+                raw.append(_finding(info, hit, config))
+        except Exception as exc:
+            files = ", ".join(inputs.texts) or "<no file>"
+            raise InternalError(
+                f"{files}: internal error in rule {rid}: {type(exc).__name__}: {exc}"
+            ) from exc
     sup = scan_suppressions(inputs.texts)
     for hit in inputs.problems:
         if "LF002" not in config.skip:

@@ -9,12 +9,12 @@ Whether a given *build* accepts an option is decided from that build's ``--help`
 from __future__ import annotations
 
 import json
+import os
 import re
 import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from typing import Any
 
 #: KV cache types of upstream llama.cpp.
@@ -24,10 +24,10 @@ TURBO_CACHE_TYPES = ("turbo2", "turbo3", "turbo4", "tq5_0", "tq6_0")
 ALL_CACHE_TYPES = UPSTREAM_CACHE_TYPES + TURBO_CACHE_TYPES
 UNQUANTIZED_CACHE_TYPES = ("f32", "f16", "bf16")
 
-#: Closed value sets of options whose value is a keyword.
+#: Closed value sets the generated tables cannot give: the cache types come from ggml's type
+#: names (arg.cpp lists GGML_TYPE_* constants), --load-mode from a helper function. The other
+#: closed sets (``-fa``, ``--fit``, ``-sm``, ...) are in the tables, read from arg.cpp's handlers.
 CHOICES: dict[str, tuple[str, ...]] = {
-    "--flash-attn": ("on", "off", "auto"),
-    "--fit": ("on", "off"),
     "--load-mode": ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio"),
     "--cache-type-k": ALL_CACHE_TYPES,
     "--cache-type-v": ALL_CACHE_TYPES,
@@ -35,26 +35,68 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "--cache-type-v-draft": ALL_CACHE_TYPES,
 }
 
-#: Options whose value is an integer even though arg.cpp parses it as a string.
-INTEGER_STRINGS = frozenset({"--gpu-layers"})
+#: The words llama.cpp reads as on / off / auto (common/arg.cpp: is_truthy, is_falsey, is_autoy).
+TRUTHY = ("on", "enabled", "true", "1")
+FALSEY = ("off", "disabled", "false", "0")
+AUTOY = ("auto", "-1")
 
 
-@dataclass(frozen=True)
 class FlagSpec:
-    """One llama-server option with all its spellings."""
+    """One llama-server option with all its spellings and the values its handler accepts."""
 
-    canonical: str
-    names: tuple[str, ...]
-    negations: tuple[str, ...] = ()
-    kind: str = "flag"  # flag | bool | int | float | str | pair
-    env: str | None = None
-    value_hint: str | None = None
-    legacy: bool = False
-    successor: str | None = None
+    __slots__ = (
+        "canonical",
+        "env",
+        "kind",
+        "legacy",
+        "min_value",
+        "names",
+        "negations",
+        "rejects",
+        "special",
+        "successor",
+        "value_hint",
+        "values",
+    )
+
+    def __init__(
+        self,
+        canonical: str,
+        names: tuple[str, ...],
+        *,
+        negations: tuple[str, ...] = (),
+        kind: str = "flag",  # flag | bool | int | float | str | pair
+        env: str | None = None,
+        value_hint: str | None = None,
+        legacy: bool = False,
+        successor: str | None = None,
+        values: tuple[str, ...] | None = None,
+        special: tuple[str, ...] = (),
+        rejects: tuple[int, ...] = (),
+        min_value: int | None = None,
+    ) -> None:
+        self.canonical = canonical
+        self.names = names
+        self.negations = negations
+        self.kind = kind
+        self.env = env
+        self.value_hint = value_hint
+        self.legacy = legacy
+        self.successor = successor
+        #: the closed set of words the option accepts (None: any value of its kind)
+        self.values = values if values is not None else CHOICES.get(canonical)
+        #: words accepted besides a number (-ngl auto/all)
+        self.special = special
+        #: numbers the handler refuses (-np 0) and the smallest it accepts (--n-cpu-moe 0)
+        self.rejects = rejects
+        self.min_value = min_value
 
     @property
     def takes_value(self) -> bool:
         return self.kind in ("int", "float", "str", "pair")
+
+    def __repr__(self) -> str:
+        return f"FlagSpec({self.canonical!r}, kind={self.kind!r})"
 
 
 @dataclass
@@ -76,8 +118,18 @@ class FlagTable:
         self.by_canonical.setdefault(spec.canonical, spec)
 
     def lookup(self, name: str) -> tuple[FlagSpec, bool] | None:
-        """Return (spec, negated) for any spelling of an option, or None."""
-        return self.by_name.get(name)
+        """Return (spec, negated) for any spelling of an option, or None. A long option may be
+        written with ``_`` for ``-`` (``--ctx_size``): llama.cpp replaces every ``_`` of an
+        argument that starts with ``--`` before it looks the argument up (common/arg.cpp)."""
+        found = self.by_name.get(name)
+        if found is None and "_" in name and name.startswith("--"):
+            found = self.by_name.get(name.replace("_", "-"))
+        return found
+
+
+def normalise(name: str) -> str:
+    """An option as llama.cpp looks it up: ``--ctx_size`` is ``--ctx-size``."""
+    return name.replace("_", "-") if name.startswith("--") else name
 
 
 def _canonical(names: list[str]) -> str:
@@ -85,10 +137,36 @@ def _canonical(names: list[str]) -> str:
     return longs[0] if longs else names[0]
 
 
+_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+
+
 def _load(name: str) -> dict[str, Any]:
-    text = resources.files("llamafleet").joinpath("data").joinpath(name).read_text(encoding="utf-8")
-    data: dict[str, Any] = json.loads(text)
+    with open(os.path.join(_DATA, name), encoding="utf-8") as fh:
+        data: dict[str, Any] = json.load(fh)
     return data
+
+
+def _spec(f: Mapping[str, Any], legacy: bool) -> FlagSpec:
+    values = f.get("values")
+    return FlagSpec(
+        canonical=_canonical(f["names"]),
+        names=tuple(f["names"]),
+        negations=tuple(f.get("negations", ())),
+        kind=f["kind"],
+        env=f.get("env"),
+        value_hint=f.get("value"),
+        legacy=legacy,
+        successor=f.get("successor"),
+        values=tuple(values) if values is not None else None,
+        special=tuple(f.get("special", ())),
+        rejects=tuple(f.get("rejects", ())),
+        min_value=f.get("min"),
+    )
+
+
+#: What the fork's table (generated with the value forms) adds to an upstream option of the same
+#: name that the upstream table was generated without.
+_VALUE_FORMS = ("values", "special", "rejects", "min")
 
 
 @cache
@@ -96,31 +174,30 @@ def table() -> FlagTable:
     t = FlagTable()
     # upstream's current options, then those it dropped that older builds and the fork keep, then
     # the fork's own table (generated by tools/gen_flags.py from its common/arg.cpp, build 9079)
-    sources = (
-        (False, "flags_upstream.json"),
-        (True, "flags_legacy.json"),
-        (True, "flags_fork.json"),
-    )
-    for legacy, fname in sources:
-        data = _load(fname)
-        for f in data["flags"]:
-            if fname == "flags_fork.json" and any(
-                n in t.by_name for n in (*f["names"], *f.get("negations", ()))
-            ):
-                continue  # known from upstream's table: only the fork's own options are added
-            t.add(
-                FlagSpec(
-                    canonical=_canonical(f["names"]),
-                    names=tuple(f["names"]),
-                    negations=tuple(f.get("negations", ())),
-                    kind=f["kind"],
-                    env=f.get("env"),
-                    value_hint=f.get("value"),
-                    legacy=legacy,
-                    successor=f.get("successor"),
-                )
-            )
-        t.predecessors.update(data.get("predecessors", {}))
+    upstream = _load("flags_upstream.json")
+    legacy = _load("flags_legacy.json")
+    fork = _load("flags_fork.json")
+    forms: dict[str, Mapping[str, Any]] = {}
+    for f in fork["flags"]:
+        if any(k in f for k in _VALUE_FORMS):
+            forms[_canonical(f["names"])] = f
+    for entry in upstream["flags"]:
+        f = entry
+        extra = forms.get(_canonical(entry["names"]))
+        if extra is not None and not any(k in entry for k in _VALUE_FORMS):
+            f = {**entry, **{k: extra[k] for k in _VALUE_FORMS if k in extra}}
+            if "special" in extra and f["kind"] == "str":
+                f["kind"] = extra.get("kind", "int")
+        t.add(_spec(f, False))
+    for f in legacy["flags"]:
+        t.add(_spec(f, True))
+    for f in fork["flags"]:
+        if any(n in t.by_name for n in (*f["names"], *f.get("negations", ()))):
+            continue  # known from upstream's table: only the fork's own options are added
+        t.add(_spec(f, True))
+    t.predecessors.update(upstream.get("predecessors", {}))
+    t.predecessors.update(legacy.get("predecessors", {}))
+    t.predecessors.update(fork.get("predecessors", {}))
     return t
 
 

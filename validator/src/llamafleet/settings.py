@@ -2,20 +2,26 @@
 
 Precedence (highest first): managed (``/etc/claude-code/managed-settings.json``) > local project
 (``.claude/settings.local.json``) > project (``.claude/settings.json``) > user
-(``~/.claude/settings.json``) > the process environment (lowest, for ``env`` keys).
+(``~/.claude/settings.json``) > the environment Claude Code starts in (lowest, for ``env`` keys):
+variables a shell script exports, a Compose service's ``environment`` (:func:`env_settings`), the
+process environment.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
-SCOPES = ("managed", "local", "project", "user")  # highest precedence first
+from llamafleet.values import Unresolved, split_url
+
+SCOPES = ("managed", "local", "project", "user", "env")  # highest precedence first
+#: Deepest nesting of a settings file accepted (Claude Code's settings are 3-4 levels deep).
+MAX_DEPTH = 100
 ANTHROPIC_HOSTS = ("api.anthropic.com",)
 TOKEN_KEYS = ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY")
 
@@ -30,12 +36,16 @@ class SettingsFile:
     error_line: int = 1
     error_col: int = 1
     mode: int | None = None  # st_mode permission bits when read from disk
+    #: how findings name it when it is not a whole file (a Compose service's environment)
+    name: str = ""
     _lines: dict[tuple[str, ...], int] = field(default_factory=dict, repr=False)
 
     def line_of(self, *keys: str) -> int:
         """Best-effort line of a (nested) key, e.g. line_of("env", "ANTHROPIC_BASE_URL")."""
         if keys in self._lines:
             return self._lines[keys]
+        if self.scope == "env":
+            return self._lines.get((), 1)
         pos = 0
         for key in keys:
             idx = self.text.find(f'"{key}"', pos)
@@ -94,16 +104,58 @@ def load_settings(
             sf.mode = None
     else:
         sf.mode = None if mode is None else stat.S_IMODE(int(mode))
+    deep = _too_deep(text)
+    if deep is not None:
+        sf.error = f"nested deeper than {MAX_DEPTH} levels (refused: settings are never that deep)"
+        sf.error_line, sf.error_col = deep
+        return sf
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         sf.error = exc.msg
         sf.error_line, sf.error_col = exc.lineno, exc.colno
         return sf
+    except RecursionError:  # pragma: no cover - _too_deep refuses it first
+        sf.error = "nested too deeply"
+        return sf
     if not isinstance(data, dict):
         sf.error = f"the top level must be a JSON object, not {type(data).__name__}"
         return sf
     sf.data = data
+    return sf
+
+
+_JSON_STRING = re.compile(r'"(?:\\.|[^"\\])*"')
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _too_deep(text: str) -> tuple[int, int] | None:
+    """(line, column) where ``text`` (JSON) nests deeper than MAX_DEPTH, or None."""
+    if text.count("{") + text.count("[") <= MAX_DEPTH:
+        return None
+    depth = 0
+    bare = _JSON_STRING.sub(lambda m: " " * len(m.group(0)), text)
+    for m in _BRACKET.finditer(bare):
+        depth += 1 if m.group(0) in "[{" else -1
+        if depth > MAX_DEPTH:
+            line = text.count("\n", 0, m.start()) + 1
+            return line, m.start() - text.rfind("\n", 0, m.start())
+    return None
+
+
+def env_settings(path: str, values: Mapping[str, Any], name: str | None = None) -> SettingsFile:
+    """Claude Code's environment as a file sets it (``export ANTHROPIC_BASE_URL=...``, a Compose
+    service's ``environment``), as the ``env`` block of a settings file of the lowest precedence.
+    ``values``: name -> object with ``value``, ``line`` and ``unknown`` (a value set outside the
+    file: an :class:`~llamafleet.values.Unresolved`)."""
+    env: dict[str, Any] = {}
+    sf = SettingsFile(path=path, scope="env", text="", mode=None, name=name or path)
+    for key, v in values.items():
+        env[key] = Unresolved(v.value) if v.unknown else v.value
+        sf._lines[("env", key)] = v.line
+    sf.data = {"env": env}
+    first = min((v.line for v in values.values()), default=1)
+    sf._lines[()] = first
     return sf
 
 
@@ -176,7 +228,12 @@ class Client:
         v = self.base_url()
         if v is None or not isinstance(v.value, str) or not v.value.strip():
             return False
-        host = urlsplit(v.value.strip()).hostname or ""
+        if isinstance(v.value, Unresolved):
+            return False  # set outside the file: where it points is unknown
+        parts = split_url(v.value)
+        if parts is None:
+            return False  # not a URL (CC007 says so): Claude Code sends nothing anywhere
+        host = parts.hostname or ""
         return host not in ANTHROPIC_HOSTS
 
 
@@ -190,10 +247,19 @@ def group_clients(files: list[SettingsFile], process_env: Mapping[str, str]) -> 
     """Files checked together form one client, unless several files share the user scope:
     then each user file is its own client, sharing the managed and project files."""
     users = [f for f in files if f.scope == "user"]
-    shared = [f for f in files if f.scope != "user"]
+    envs = [f for f in files if f.scope == "env"]
+    shared = [f for f in files if f.scope not in ("user", "env")]
     env = dict(process_env)
     if not files and not env:
         return []
+    if len(users) + len(envs) <= 1:
+        own = users or envs
+        return [Client(files=list(files), process_env=env, name=own[0].path if own else "")]
+    if not envs:
+        return [Client(files=[u, *shared], process_env=env, name=u.path) for u in users]
     if len(users) <= 1:
-        return [Client(files=list(files), process_env=env, name=users[0].path if users else "")]
-    return [Client(files=[u, *shared], process_env=env, name=u.path) for u in users]
+        # each environment (a script, a Compose service) is a client with the user's settings
+        return [Client(files=[e, *users, *shared], process_env=env, name=e.name) for e in envs]
+    return [Client(files=[u, *shared], process_env=env, name=u.path) for u in users] + [
+        Client(files=[e, *shared], process_env=env, name=e.name) for e in envs
+    ]

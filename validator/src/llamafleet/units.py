@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from llamafleet.argv import ParseError, ServerConfig, Token, apply_env, parse_tokens
+from llamafleet.argv import ParseError, ServerConfig, Token
 from llamafleet.refs import NEVER, ReferencedFiles
 
 
@@ -27,6 +27,8 @@ class Unit:
     server: ServerConfig | None = None
     #: every ``[Section]`` header in file order, with its line (a repeated name is kept twice)
     headers: list[tuple[str, int]] = field(default_factory=list)
+    #: the program ExecStart= runs (when it is not llama-server, ``server`` is None)
+    program: str | None = None
 
     def get(self, section: str, key: str) -> UnitEntry | None:
         """Last assignment of `key` in `section` (an empty assignment resets: returns None)."""
@@ -52,6 +54,8 @@ def _logical_lines(text: str) -> list[tuple[str, int]]:
         line = raw.rstrip()
         if not buf and (line.lstrip().startswith(("#", ";")) or not line.strip()):
             continue
+        if buf and line.lstrip().startswith(("#", ";")):
+            continue  # a comment inside a continued line is skipped (systemd.syntax(7))
         if not buf:
             start = no
         if line.endswith("\\"):
@@ -65,23 +69,23 @@ def _logical_lines(text: str) -> list[tuple[str, int]]:
     return out
 
 
-def split_words(value: str, line: int) -> list[Token]:
-    """Split a systemd command line / assignment list (quotes and C escapes)."""
-    words: list[Token] = []
+def _split(value: str, line: int) -> list[tuple[str, bool]]:
+    """Split a systemd command line: (word, quoted) pairs (quotes and C escapes)."""
+    words: list[tuple[str, bool]] = []
     buf: list[str] = []
-    have = False
+    have = quoted = False
     i = 0
     while i < len(value):
         ch = value[i]
         if ch in " \t":
             if have:
-                words.append(Token("".join(buf), line))
-            buf, have = [], False
+                words.append(("".join(buf), quoted))
+            buf, have, quoted = [], False, False
             i += 1
             continue
         if ch in "'\"":
             q = ch
-            have = True
+            have = quoted = True
             i += 1
             while i < len(value) and value[i] != q:
                 if value[i] == "\\" and i + 1 < len(value):
@@ -103,12 +107,18 @@ def split_words(value: str, line: int) -> list[Token]:
         have = True
         i += 1
     if have:
-        words.append(Token("".join(buf), line))
+        words.append(("".join(buf), quoted))
     return words
+
+
+def split_words(value: str, line: int) -> list[Token]:
+    """Split a systemd command line / assignment list (quotes and C escapes)."""
+    return [Token(w, line) for w, _ in _split(value, line)]
 
 
 _CRED = re.compile(r"(?:%d|\$\{?CREDENTIALS_DIRECTORY\}?)/([A-Za-z0-9_.:-]+)")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+_SPECIFIER = re.compile(r"%([a-zA-Z%])")
 
 
 def _read_env_file(path: str, referenced: ReferencedFiles) -> dict[str, str] | None:
@@ -132,74 +142,150 @@ def _read_env_file(path: str, referenced: ReferencedFiles) -> dict[str, str] | N
 
 def parse_unit(text: str, path: str, referenced: ReferencedFiles | None = None) -> Unit:
     """Parse a unit. ``referenced``: which files named in it may be opened (default: none, so
-    ``EnvironmentFile=`` variables stay unknown and a credential's key is not read)."""
+    ``EnvironmentFile=`` variables stay unknown and a credential's key is not read).
+
+    ``ExecStart=`` is read as systemd runs it: ``Environment=`` variables expand (an unbraced
+    ``$VAR`` alone is split into words), a variable the unit does not set and a specifier such as
+    ``%i`` are unknown, and the program may sit behind a shell (``/bin/sh -c '...'``), a wrapper
+    or ``docker run``. A line of options cut off from ``ExecStart=`` by a missing ``\\`` is
+    kept as detached (systemd ignores it: "Missing '='")."""
     referenced = referenced or NEVER
     unit = Unit(path=path)
+    detached = _sections(text, unit)
+    exec_start = unit.get("Service", "ExecStart")
+    if exec_start is None:
+        return unit
+    env, unread = _environment(unit, referenced)
+    tokens = _exec_tokens(exec_start, {k: v for k, (v, _) in env.items()}, _credentials(unit))
+    if not tokens:
+        return unit
+    from llamafleet.readers.common import Collector, EnvValue
+
+    c = Collector(path, "unit", text)
+    c.command(tokens, {k: EnvValue(v, ln) for k, (v, ln) in env.items()})
+    unit.program = tokens[0].text
+    if not c.result.servers:
+        return unit
+    cfg = c.result.servers[0]
+    cfg.line = exec_start.line
+    cfg.detached += detached
+    if unread:
+        cfg.opaque = True  # an EnvironmentFile= that was not read may set LLAMA_ARG_* options
+    unit.server = cfg
+    return unit
+
+
+def _sections(text: str, unit: Unit) -> list[Token]:
+    """Fill ``unit``'s sections; return the option lines cut off from ExecStart=."""
     section = ""
+    last_exec: UnitEntry | None = None
+    detached: list[Token] = []
     for line, no in _logical_lines(text):
         if line.startswith("[") and line.endswith("]"):
             section = line[1:-1]
             unit.sections.setdefault(section, [])
             unit.headers.append((section, no))
+            last_exec = None
+            continue
+        if section == "Service" and last_exec is not None and line.startswith("-"):
+            # options cut off from ExecStart= (a missing \\): systemd says "Missing '='" and
+            # ignores the line
+            detached.append(Token(re.split(r"[\s=]", line, maxsplit=1)[0], no))
             continue
         key, eq, value = line.partition("=")
         if not eq:
             raise ParseError(f"not a 'Key=value' line: {line[:60]!r}", no)
         if not section:
             raise ParseError("assignment outside of a [Section]", no)
-        unit.sections[section].append(UnitEntry(key.strip(), value.strip(), no))
-
-    exec_start = unit.get("Service", "ExecStart")
-    if exec_start is None:
-        return unit
-    env = _unit_environment(unit, referenced)
-    variables = {k: v for k, (v, _) in env.items()}
-    credentials = _credentials(unit)
-    words = split_words(exec_start.value, exec_start.line)
-    if not words:
-        return unit
-    prog = words[0].text.lstrip("-@:+!")
-    expanded: list[Token] = []
-    for w in words[1:]:
-        whole = re.fullmatch(r"\$([A-Za-z_][A-Za-z0-9_]*)", w.text)
-        if whole and whole.group(1) in variables:
-            # systemd splits an unbraced $VAR on whitespace
-            expanded += [Token(p, w.line) for p in variables[whole.group(1)].split()]
-            continue
-        text = _CRED.sub(lambda m: credentials.get(m.group(1), m.group(0)), w.text)
-        text = _VAR.sub(lambda m: variables.get(m.group(1) or m.group(2), m.group(0)), text)
-        expanded.append(Token(text, w.line))
-    cfg = ServerConfig(path=path, line=exec_start.line, binary=prog, source="unit")
-    parse_tokens(expanded, cfg)
-    apply_env(cfg, env)
-    unit.server = cfg
-    return unit
+        entry = UnitEntry(key.strip(), value.strip(), no)
+        unit.sections[section].append(entry)
+        last_exec = entry if entry.key == "ExecStart" else None
+    return detached
 
 
-def _unit_environment(unit: Unit, referenced: ReferencedFiles) -> dict[str, tuple[str, int]]:
-    """The service's environment (value, line): ``EnvironmentFile=`` as the policy allows, then
-    ``Environment=`` (later assignments win)."""
+def _environment(
+    unit: Unit, referenced: ReferencedFiles
+) -> tuple[dict[str, tuple[str, int]], bool]:
+    """The service's variables (EnvironmentFile=, then Environment=) with their lines, and
+    whether an EnvironmentFile= could not be read."""
     env: dict[str, tuple[str, int]] = {}
+    unread = False
     for e in unit.all("Service", "EnvironmentFile"):
-        fname = e.value.removeprefix("-")
-        loaded = _read_env_file(fname, referenced)
-        if loaded:
+        loaded = _read_env_file(e.value.removeprefix("-"), referenced)
+        if loaded is None:
+            unread = True
+        else:
             env.update({k: (v, e.line) for k, v in loaded.items()})
     for e in unit.all("Service", "Environment"):
         for w in split_words(e.value, e.line):
             k, eq, v = w.text.partition("=")
             if eq:
                 env[k] = (v, e.line)
-    return env
+    return env, unread
 
 
 def _credentials(unit: Unit) -> dict[str, str]:
-    """systemd credentials: ``LoadCredential=NAME:PATH`` is read by the service as ``%d/NAME``
-    (or ``$CREDENTIALS_DIRECTORY/NAME``); the validator names PATH instead (a rule reads it only
-    as the referenced-files policy allows)."""
+    """systemd credentials: `LoadCredential=NAME:PATH` is read by the service as `%d/NAME` (or
+    `$CREDENTIALS_DIRECTORY/NAME`); the validator names PATH instead (a rule reads it only as the
+    referenced-files policy allows)."""
     credentials: dict[str, str] = {}
     for e in unit.all("Service", "LoadCredential"):
         name, colon, src = e.value.partition(":")
         if colon and name:
             credentials[name] = src
     return credentials
+
+
+def _exec_tokens(
+    exec_start: UnitEntry, variables: dict[str, str], credentials: dict[str, str]
+) -> list[Token]:
+    words = _split(exec_start.value, exec_start.line)
+    if not words:
+        return []
+    prog = words[0][0].lstrip("-@:+!|")
+    tokens = [Token(prog, exec_start.line)] if prog else []
+    if words[0][0].lstrip("-:+!|").startswith("@") and len(words) > 1:
+        words = words[1:]  # @: the next word is argv[0]
+    for text_, quoted in words[1:]:
+        tokens += _expand(text_, quoted, exec_start.line, variables, credentials)
+    return tokens
+
+
+def _expand(
+    text: str, quoted: bool, line: int, variables: dict[str, str], credentials: dict[str, str]
+) -> list[Token]:
+    """One ExecStart= word expanded as systemd does."""
+    whole = re.fullmatch(r"\$([A-Za-z_][A-Za-z0-9_]*)", text)
+    if whole and not quoted:
+        name = whole.group(1)
+        if name in variables:
+            # systemd splits an unbraced $VAR on whitespace
+            return [Token(p, line) for p in variables[name].split()]
+        return [Token(text, line, True, True)]
+    unknown = False
+
+    def var(m: re.Match[str]) -> str:
+        nonlocal unknown
+        name = m.group(1) or m.group(2)
+        if name in variables:
+            return variables[name]
+        if name == "CREDENTIALS_DIRECTORY":
+            return m.group(0)
+        unknown = True
+        return m.group(0)
+
+    def spec(m: re.Match[str]) -> str:
+        nonlocal unknown
+        ch = m.group(1)
+        if ch == "%":
+            return "%"
+        if ch == "d":
+            return m.group(0)
+        unknown = True
+        return m.group(0)
+
+    out = _CRED.sub(lambda m: credentials.get(m.group(1), m.group(0)), text)
+    out = _VAR.sub(var, out)
+    if "%" in out:
+        out = _SPECIFIER.sub(spec, out)
+    return [Token(out, line, unknown)]

@@ -1,15 +1,20 @@
-"""The pitfall catalogue: rules as data (``rules.yaml``), validated by ``schema.json``."""
+"""The pitfall catalogue: rules as data (``rules.yaml``), validated by ``schema.json``.
+
+``llamafleet check`` reads the catalogue from ``_compiled.py``, generated from ``rules.yaml`` by
+``tools/gen_catalogue.py`` (validated against the schema there; a test keeps the two equal), so a
+check neither parses YAML nor validates a schema. When ``rules.yaml`` was edited and not compiled
+again (its checksum differs from the one recorded), the YAML itself is read and validated.
+"""
 
 from __future__ import annotations
 
-import json
+import os
+import zlib
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
 
-import jsonschema
-import yaml
+_HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @dataclass(frozen=True)
@@ -26,24 +31,55 @@ class RuleInfo:
 
 
 def _text(name: str) -> str:
-    return resources.files("llamafleet.catalogue").joinpath(name).read_text(encoding="utf-8")
+    with open(os.path.join(_HERE, name), encoding="utf-8") as fh:
+        return fh.read()
+
+
+def source_checksum() -> tuple[int, int]:
+    """(size, CRC-32) of ``rules.yaml`` as it is on disk."""
+    with open(os.path.join(_HERE, "rules.yaml"), "rb") as fh:
+        data = fh.read()
+    return len(data), zlib.crc32(data)
 
 
 def raw_catalogue() -> dict[str, Any]:
+    import yaml
+
     data: dict[str, Any] = yaml.safe_load(_text("rules.yaml"))
     return data
 
 
 def schema() -> dict[str, Any]:
+    import json
+
     data: dict[str, Any] = json.loads(_text("schema.json"))
+    return data
+
+
+def compiled() -> dict[str, Any] | None:
+    """The compiled catalogue when it is current (compiled from ``rules.yaml`` as it is now)."""
+    try:
+        from llamafleet.catalogue import _compiled
+    except ImportError:  # pragma: no cover - shipped with the package
+        return None
+    if source_checksum() != (_compiled.SOURCE_SIZE, _compiled.SOURCE_CRC32):
+        return None
+    data: dict[str, Any] = _compiled.CATALOGUE
+    return data
+
+
+def _validated() -> dict[str, Any]:
+    import jsonschema
+
+    data = raw_catalogue()
+    jsonschema.validate(data, schema())
     return data
 
 
 @cache
 def catalogue() -> dict[str, RuleInfo]:
     """All rules by id, in catalogue order. Raises if the catalogue breaks its schema."""
-    data = raw_catalogue()
-    jsonschema.validate(data, schema())
+    data = compiled() or _validated()
     out: dict[str, RuleInfo] = {}
     for r in data["rules"]:
         if r["id"] in out:
@@ -64,7 +100,8 @@ def catalogue() -> dict[str, RuleInfo]:
 
 def docs_page(rule_id: str) -> str | None:
     """The rule's documentation page (Markdown), or None."""
-    res = resources.files("llamafleet.catalogue").joinpath("docs").joinpath(f"{rule_id}.md")
-    if not res.is_file():
+    path = os.path.join(_HERE, "docs", f"{rule_id}.md")
+    if not os.path.isfile(path):
         return None
-    return res.read_text(encoding="utf-8")
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()

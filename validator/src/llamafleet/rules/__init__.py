@@ -9,6 +9,7 @@ from typing import Any
 
 from llamafleet.argv import ServerConfig
 from llamafleet.facts import Facts
+from llamafleet.readers.common import Listener
 from llamafleet.refs import NEVER, ReferencedFiles
 from llamafleet.settings import Client, SettingsFile
 from llamafleet.units import Unit
@@ -31,6 +32,8 @@ class Context:
     facts: Facts = field(default_factory=Facts)
     #: which files named inside the inputs a rule may open (default: none)
     referenced: ReferencedFiles = NEVER
+    #: programs other than llama-server that listen where a client may point (proxies)
+    listeners: list[Listener] = field(default_factory=list)
 
     @property
     def all_servers(self) -> list[ServerConfig]:

@@ -6,12 +6,13 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlunsplit
 
 from llamafleet.rules import Context, Hit, rule
 from llamafleet.rules.server import is_loopback
 from llamafleet.settings import TOKEN_KEYS, Client, SettingsFile, truthy
 from llamafleet.slots import slots
+from llamafleet.values import split_url
 
 #: Keys that only work inside "env" (prefixes).
 ENV_ONLY_PREFIXES = ("ANTHROPIC_", "CLAUDE_CODE_")
@@ -110,7 +111,9 @@ def env_key_top_level(ctx: Context) -> Iterator[Hit]:
 
 
 def _strip_v1(url: str) -> str:
-    parts = urlsplit(url)
+    parts = split_url(url)
+    if parts is None:
+        return url
     path = re.sub(r"/v1/?$", "", parts.path)
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))
 
@@ -127,7 +130,8 @@ def _all_base_urls(ctx: Context) -> Iterator[tuple[SettingsFile, str, int]]:
 @rule("CC004")
 def base_url_v1(ctx: Context) -> Iterator[Hit]:
     for sf, url, line in _all_base_urls(ctx):
-        if re.search(r"/v1/?$", urlsplit(url.strip()).path):
+        parts = split_url(url)
+        if parts is not None and re.search(r"/v1/?$", parts.path):
             yield Hit(sf.path, line, {"base_url": url, "suggested": _strip_v1(url.strip())})
 
 
@@ -272,7 +276,9 @@ def key_over_plain_http(ctx: Context) -> Iterator[Hit]:
         v = c.base_url()
         if v is None or not isinstance(v.value, str) or not c.is_third_party():
             continue
-        parts = urlsplit(v.value.strip())
+        parts = split_url(v.value)
+        if parts is None:
+            continue
         host = parts.hostname or ""
         if parts.scheme != "http" or not host or is_loopback(host):
             continue

@@ -6,7 +6,6 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from llamafleet.argv import ServerConfig, parse_argv_list
 from llamafleet.gguf_meta import ModelFacts
@@ -16,6 +15,7 @@ from llamafleet.rules.client import _where
 from llamafleet.rules.server import is_loopback
 from llamafleet.settings import Client, truthy
 from llamafleet.slots import SlotContext, request_context
+from llamafleet.values import split_url
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -27,15 +27,60 @@ def server_address(cfg: ServerConfig) -> tuple[str, int]:
     return host, port
 
 
-def _matches(url_host: str, url_port: int, cfg: ServerConfig) -> bool:
+def _addresses(cfg: ServerConfig) -> list[tuple[str, int]]:
+    """Where a client reaches the server: its --host/--port, or for one in a container the host
+    ports published for its port and its names on the container network."""
     host, port = server_address(cfg)
-    if url_port != port:
-        return False
-    if host in ("0.0.0.0", "::", "[::]"):
-        return True  # listens everywhere: any address of the host reaches it
-    if is_loopback(host) and is_loopback(url_host):
+    if cfg.published is None:
+        return [(host, port)]
+    out = [(h or "0.0.0.0", hp) for h, hp, cp in cfg.published if cp == port]
+    return out + [(name, port) for name in cfg.names]
+
+
+def _matches(url_host: str, url_port: int, cfg: ServerConfig) -> bool:
+    for host, port in _addresses(cfg):
+        if url_port != port:
+            continue
+        if host in ("0.0.0.0", "::", "[::]"):
+            return True  # listens everywhere: any address of the host reaches it
+        if is_loopback(host) and is_loopback(url_host):
+            return True
+        if url_host.strip("[]").lower() == host.strip("[]").lower():
+            return True
+    return False
+
+
+def address_unknown(cfg: ServerConfig) -> bool:
+    """Whether the server's address is not known: --host/--port set from an unresolved
+    variable, or options hidden in one (a --port may be among them)."""
+    return (
+        cfg.is_unknown("--host")
+        or cfg.is_unknown("--port")
+        or (cfg.opaque and cfg.get("--port") is None)
+    )
+
+
+#: Default ports of proxies that sit between Claude Code and llama-server (LiteLLM,
+#: claude-code-router, claude-code-proxy): a client pointing there talks to the proxy.
+PROXY_PORTS = {4000: "LiteLLM", 3456: "claude-code-router", 8082: "claude-code-proxy"}
+
+
+def behind_proxy(ctx: Context, url: ClientURL) -> bool:
+    """Evidence that the client's URL reaches a proxy, not llama-server itself: something the
+    inputs start listens there (a LiteLLM or router command, a Compose service, an SSH
+    forward), the URL has a path (a reverse proxy's prefix; llama-server serves at its root), or
+    its port is a proxy's default and no checked server uses it."""
+    for lst in ctx.listeners:
+        if lst.port != url.port:
+            continue
+        h = lst.host.strip("[]").lower()
+        if h in ("0.0.0.0", "::", "", url.host) or (is_loopback(h) and is_loopback(url.host)):
+            return True
+    parts = split_url(url.value)
+    if parts is not None and parts.path.strip("/"):
         return True
-    return url_host.strip("[]").lower() == host.strip("[]").lower()
+    used = {p for s in ctx.all_servers for _, p in _addresses(s)}
+    return url.port in PROXY_PORTS and url.port not in used
 
 
 def serves_tls(cfg: ServerConfig) -> bool:
@@ -68,8 +113,8 @@ def client_url(c: Client) -> ClientURL | None:
     v = c.base_url()
     if v is None or not isinstance(v.value, str) or not c.is_third_party():
         return None
-    parts = urlsplit(v.value.strip())
-    if parts.scheme not in ("http", "https"):
+    parts = split_url(v.value)
+    if parts is None or parts.scheme not in ("http", "https"):
         return None
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -97,6 +142,8 @@ def client_server_mismatch(ctx: Context) -> Iterator[Hit]:
         reached = [s for s in servers if _matches(host, port, s)]
         if any(("https" if serves_tls(s) else "http") == url.scheme for s in reached):
             continue
+        if not reached and (any(address_unknown(s) for s in servers) or behind_proxy(ctx, url)):
+            continue  # it may reach a server at an address not known, or a proxy in between
         listed = ", ".join(server_url(s) for s in servers)
         if reached:
             # the right address and port, the wrong scheme: TLS handshake against plain http
@@ -141,6 +188,8 @@ def server_keys(
     ``--api-key-file`` (per-client keys: one a line). The file is opened only as the
     ``referenced`` policy allows (default: never); when it cannot be read the keys are unknown."""
     inline = cfg.value("--api-key") or (cfg.env.get("LLAMA_API_KEY", ("", 0))[0] or None)
+    if cfg.is_unknown("--api-key") or cfg.is_unknown("--api-key-file"):
+        return True, None  # a key set from a variable: required, its value unknown
     keys = [k for k in inline.split(",") if k] if inline else []
     kf = cfg.value("--api-key-file")
     if kf:

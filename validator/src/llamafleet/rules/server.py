@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from llamafleet.argv import Option, ServerConfig, validate_value
-from llamafleet.chat_template import Classification, TemplateSource, classify, template_of
 from llamafleet.facts import Facts
 from llamafleet.flags import TURBO_CACHE_TYPES, UNQUANTIZED_CACHE_TYPES, table
 from llamafleet.gguf_meta import mmproj_bytes
 from llamafleet.rules import Context, Hit, rule
 from llamafleet.slots import context_size as _context_size
 from llamafleet.slots import request_context, slot_layout, slots
+
+if TYPE_CHECKING:  # the template machinery loads only for a server that has a template
+    from llamafleet.chat_template import Classification, TemplateSource
 
 #: Per-request context Claude Code needs (system prompt + tools are ~20K tokens alone).
 CLAUDE_CODE_MIN_CTX = 32768
@@ -102,13 +104,15 @@ def mmproj_breaks_cache(ctx: Context) -> Iterator[Hit]:
         opt = cfg.get("--mmproj")
         if opt is None or opt.negated:
             continue
-        build = ctx.facts.build_number
+        # the target build's --version, else the build the file itself names (a release
+        # archive, an image tag); unknown: only a note, most builds in use are newer
+        build = ctx.facts.build_number or cfg.build
         if build is None:
             yield Hit(
                 cfg.path,
                 opt.line,
                 {"option": opt.display, "build": "a build of unknown number"},
-                severity="warning",
+                severity="info",
             )
         elif build < MMPROJ_SAFE_BUILD:
             yield Hit(cfg.path, opt.line, {"option": opt.display, "build": f"build b{build}"})
@@ -124,8 +128,14 @@ def cache_reuse_zero(ctx: Context) -> Iterator[Hit]:
 
 def is_loopback(host: str) -> bool:
     h = host.strip().strip("[]")
-    if h in ("localhost", "ip6-localhost") or h.endswith(".sock") or h.startswith("/"):
+    if h in ("localhost", "ip6-localhost", "::1") or h.endswith(".sock") or h.startswith("/"):
         return True
+    if h.startswith("127.") and h.replace(".", "").isdigit():
+        return h.count(".") == 3
+    if not h or (h[0].isalpha() and ":" not in h):
+        return False  # a host name
+    import ipaddress
+
     try:
         return ipaddress.ip_address(h).is_loopback
     except ValueError:
@@ -142,9 +152,9 @@ def has_api_key(cfg: ServerConfig) -> bool:
 def exposed_without_api_key(ctx: Context) -> Iterator[Hit]:
     for cfg in ctx.all_servers:
         opt = cfg.get("--host")
-        if opt is None or opt.value is None or is_loopback(opt.value):
+        if opt is None or opt.value is None or opt.unknown or is_loopback(opt.value):
             continue
-        if not has_api_key(cfg):
+        if not has_api_key(cfg) and not cfg.opaque:  # opaque: a key may hide in an expansion
             yield Hit(cfg.path, opt.line, {"host": opt.value})
 
 
@@ -157,7 +167,7 @@ def quantized_v_without_fa(ctx: Context) -> Iterator[Hit]:
     for cfg in ctx.all_servers:
         fa = cfg.get("--flash-attn")
         vtype = cfg.value("--cache-type-v")
-        if not _is_off(fa) or vtype is None or fa is None:
+        if not _is_off(fa) or vtype is None or fa is None or cfg.is_unknown("--cache-type-v"):
             continue
         # turbo types switch flash attention on by themselves (with a warning) in the fork
         if vtype in UNQUANTIZED_CACHE_TYPES or vtype in TURBO_CACHE_TYPES:
@@ -223,10 +233,21 @@ def fit_silently_disabled(ctx: Context) -> Iterator[Hit]:
             "--n-cpu-moe",
         ):
             opt = cfg.get(name)
-            if opt is not None and not opt.negated:
-                state = "on" if fit is not None else "on (the default)"
-                yield Hit(cfg.path, opt.line, {"option": opt.written, "fit_state": state})
-                break
+            if opt is None or opt.negated or opt.unknown or _leaves_placement(opt):
+                continue
+            state = "on" if fit is not None else "on (the default)"
+            yield Hit(cfg.path, opt.line, {"option": opt.written, "fit_state": state})
+            break
+
+
+def _leaves_placement(opt: Option) -> bool:
+    """Values that leave the placement to --fit: ``-ngl -1``/``auto`` is llama.cpp's default
+    (common/fit.cpp aborts only when n_gpu_layers differs from it), ``--n-cpu-moe 0`` adds no
+    tensor override."""
+    v = (opt.value or "").strip()
+    if opt.canonical == "--gpu-layers":
+        return v in ("-1", "auto")
+    return opt.canonical == "--n-cpu-moe" and v == "0"
 
 
 @rule("LS012")
@@ -334,6 +355,8 @@ def does_not_fit(ctx: Context) -> Iterator[Hit]:
     from llamafleet import planner
 
     for cfg in ctx.all_servers:
+        if cfg.opaque or any(o.unknown for o in cfg.options):
+            continue  # a value the validator cannot know: no estimate
         try:
             plan = planner.estimate(
                 model,
@@ -389,7 +412,7 @@ def threads_above_cores(ctx: Context) -> Iterator[Hit]:
 def mmproj_offload_without_mmproj(ctx: Context) -> Iterator[Hit]:
     for cfg in ctx.all_servers:
         opt = cfg.get("--mmproj-offload")
-        if opt is not None and opt.negated and not cfg.has("--mmproj"):
+        if opt is not None and opt.negated and not cfg.has("--mmproj") and not cfg.opaque:
             yield Hit(cfg.path, opt.line, {"option": opt.display})
 
 
@@ -425,7 +448,14 @@ def _late_system(
     llamafleet.chat_template.template_of) does one of ``kinds`` with Claude Code's late system
     message. Every client the validator knows is Claude Code, so this holds whether clients were
     checked with the server or not."""
-    for cfg in ctx.all_servers:
+    servers = ctx.all_servers
+    if ctx.facts.model is None and not any(
+        cfg.get("--chat-template") or cfg.get("--chat-template-file") for cfg in servers
+    ):
+        return  # no template to render (and its machinery is not loaded)
+    from llamafleet.chat_template import classify, template_of
+
+    for cfg in servers:
         source = template_of(cfg, ctx.facts, ctx.referenced)
         if source is None:
             continue
