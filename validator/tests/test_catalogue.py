@@ -8,7 +8,7 @@ import jsonschema
 import yaml
 
 from conftest import FIXTURES, run_cli
-from llamafleet.catalogue import catalogue, docs_page, raw_catalogue, schema
+from llamafleet.catalogue import catalogue, compiled, docs_page, raw_catalogue, schema
 from llamafleet.rules import load_all
 
 #: The number of rules. Changing the catalogue means changing this number on purpose.
@@ -17,6 +17,11 @@ EXPECTED_RULES = 43
 
 def test_catalogue_matches_schema() -> None:
     jsonschema.validate(raw_catalogue(), schema())
+
+
+def test_compiled_catalogue_is_the_yaml() -> None:
+    """What `llamafleet check` loads (catalogue/_compiled.py) is rules.yaml as it is now."""
+    assert compiled() == raw_catalogue(), "run `python tools/gen_docs.py` in validator/"
 
 
 def test_ids_unique_and_counted() -> None:

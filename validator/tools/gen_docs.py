@@ -7,8 +7,11 @@ failing and passing fixtures as examples (the first of each, or the ones named i
 the fix (``fix``, or ``fix_details``), how to suppress it and the references. The pages are not
 edited by hand: change the catalogue or the fixtures and run, from ``validator/``::
 
-    python tools/gen_docs.py           # write the pages and docs/README.md
-    python tools/gen_docs.py --check   # exit 1 when a checked-in page differs (CI, make lint)
+    python tools/gen_docs.py           # write the pages, docs/README.md and the compiled catalogue
+    python tools/gen_docs.py --check   # exit 1 when one of them is not current (CI, make lint)
+
+The compiled catalogue (``catalogue/_compiled.py``, what ``llamafleet check`` loads) is written by
+``tools/gen_catalogue.py``'s code, so one command brings everything a rule has up to date.
 
 ``tests/test_docs_generated.py`` asserts every checked-in page equals the generated one.
 """
@@ -16,6 +19,7 @@ edited by hand: change the catalogue or the fixtures and run, from ``validator/`
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import textwrap
 from collections.abc import Mapping, Sequence
@@ -247,6 +251,18 @@ def stale(pages: Mapping[str, str], docs: Path = DOCS) -> list[str]:
     return out
 
 
+def _compiled_catalogue() -> tuple[Path, str]:
+    """(path, text) of the compiled catalogue, from tools/gen_catalogue.py."""
+    spec = importlib.util.spec_from_file_location(
+        "gen_catalogue", Path(__file__).resolve().with_name("gen_catalogue.py")
+    )
+    assert spec is not None and spec.loader is not None
+    gen_catalogue = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen_catalogue)
+    text: str = gen_catalogue.render()
+    return Path(gen_catalogue.OUT).resolve(), text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -255,12 +271,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     pages = generate()
     differ = stale(pages)
+    compiled_path, compiled = _compiled_catalogue()
+    compiled_stale = (
+        not compiled_path.is_file() or compiled_path.read_text(encoding="utf-8") != compiled
+    )
     if args.check:
         for name in differ:
             print(f"{DOCS.relative_to(HERE) / name}: not generated from the catalogue", flush=True)
-        if differ:
-            print("run `python tools/gen_docs.py` in validator/ and commit the pages")
-        return 1 if differ else 0
+        if compiled_stale:
+            print(f"{compiled_path.relative_to(HERE)}: not compiled from rules.yaml", flush=True)
+        if differ or compiled_stale:
+            print("run `python tools/gen_docs.py` in validator/ and commit what it writes")
+        return 1 if differ or compiled_stale else 0
+    if compiled_stale:
+        compiled_path.write_text(compiled, encoding="utf-8")
+        print(f"wrote {compiled_path.relative_to(HERE)}")
     for name in differ:
         path = DOCS / name
         if name in pages:

@@ -1,4 +1,4 @@
-"""The pitfall catalogue compiled from rules.yaml (tools/gen_catalogue.py): do not edit."""
+"""The pitfall catalogue, compiled from rules.yaml by tools/gen_catalogue.py."""
 
 # fmt: off
 # ruff: noqa: RUF001
