@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Compile the pitfall catalogue: ``rules.yaml`` -> ``src/llamafleet/catalogue/_compiled.py``.
+"""Compile the pitfall catalogue: ``rules.yaml`` -> ``src/llamafleet/catalogue/compiled.json``.
 
-Validates ``rules.yaml`` against ``schema.json`` and writes it as a Python literal, with the size
-and CRC-32 of the YAML it was compiled from, so ``llamafleet check`` loads the catalogue without a
+Validates ``rules.yaml`` against ``schema.json`` and writes its data as JSON, with the size and
+CRC-32 of the YAML it was compiled from, so ``llamafleet check`` loads the catalogue without a
 YAML parser or a schema validator (tests/test_catalogue.py keeps the two equal). Run it after every
-change to ``rules.yaml``:
+change to ``rules.yaml`` (the rules and their documentation fields alike):
 
     python tools/gen_catalogue.py            # write the compiled catalogue
     python tools/gen_catalogue.py --check    # exit 1 when it is not current
@@ -12,9 +12,8 @@ change to ``rules.yaml``:
 
 from __future__ import annotations
 
+import json
 import os
-import pprint
-import subprocess
 import sys
 import zlib
 
@@ -23,32 +22,22 @@ import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CATALOGUE = os.path.join(HERE, "..", "src", "llamafleet", "catalogue")
-OUT = os.path.join(CATALOGUE, "_compiled.py")
-
-HEADER = '''"""The pitfall catalogue, compiled from rules.yaml by tools/gen_catalogue.py."""
-
-# fmt: off
-# ruff: noqa: RUF001
-from typing import Any
-
-'''
+OUT = os.path.join(CATALOGUE, "compiled.json")
 
 
 def render() -> str:
-    import json
-
     with open(os.path.join(CATALOGUE, "rules.yaml"), "rb") as fh:
         raw = fh.read()
     data = yaml.safe_load(raw.decode("utf-8"))
     with open(os.path.join(CATALOGUE, "schema.json"), encoding="utf-8") as fh:
         jsonschema.validate(data, json.load(fh))
-    body = pprint.pformat(data, width=99, sort_dicts=False)
-    return (
-        HEADER
-        + f"SOURCE_SIZE = {len(raw)}\n"
-        + f"SOURCE_CRC32 = {zlib.crc32(raw)}\n"
-        + f"CATALOGUE: dict[str, Any] = {body}\n"
-    )
+    doc = {
+        "comment": "compiled from rules.yaml by tools/gen_catalogue.py: do not edit",
+        "source_size": len(raw),
+        "source_crc32": zlib.crc32(raw),
+        "catalogue": data,
+    }
+    return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
 
 
 def main() -> int:
@@ -65,7 +54,6 @@ def main() -> int:
         return 0
     with open(OUT, "w", encoding="utf-8") as fh:
         fh.write(text)
-    subprocess.run([sys.executable, "-m", "ruff", "check", "--quiet", OUT], check=False)
     print(f"wrote {os.path.normpath(OUT)}")
     return 0
 

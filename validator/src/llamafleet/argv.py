@@ -98,13 +98,18 @@ class Option:
         return f"{self.written} {self.value}"
 
 
-@dataclass
 class Refusal:
     """An argument llama-server refuses at start-up ("error: invalid argument: ...")."""
 
-    token: Token
-    kind: str  # positional | equals | joined
-    option: str | None = None  # the option it belongs to, when known
+    __slots__ = ("kind", "option", "token")
+
+    def __init__(self, token: Token, kind: str, option: str | None = None) -> None:
+        self.token = token
+        self.kind = kind  # positional | equals | joined
+        self.option = option  # the option it belongs to, when known
+
+    def __repr__(self) -> str:
+        return f"Refusal({self.token!r}, {self.kind!r})"
 
 
 @dataclass
@@ -134,46 +139,62 @@ class ServerConfig:
     build: int | None = None
     _index: dict[str, Option] = field(default_factory=dict, repr=False)
     _indexed: int = field(default=-1, repr=False)
+    _ints: dict[str, int | None] = field(default_factory=dict, repr=False)
 
     # -- lookups (the last occurrence wins, as in llama.cpp; argv wins over LLAMA_ARG_*) --
+    def _reindex(self) -> dict[str, Option]:
+        index: dict[str, Option] = {}
+        env: dict[str, Option] = {}
+        for opt in self.options:
+            if opt.from_env is None:
+                index[opt.canonical] = opt
+            else:
+                env[opt.canonical] = opt
+        for canonical, opt in env.items():  # the command line overrides the environment
+            if canonical not in index:
+                index[canonical] = opt
+        self._index, self._indexed = index, len(self.options)
+        self._ints = {}
+        return index
+
     def get(self, canonical: str) -> Option | None:
-        if self._indexed != len(self.options):
-            index: dict[str, Option] = {}
-            for opt in self.options:  # environment first, so the command line overrides it
-                if opt.from_env is not None:
-                    index[opt.canonical] = opt
-            for opt in self.options:
-                if opt.from_env is None:
-                    index[opt.canonical] = opt
-            self._index, self._indexed = index, len(self.options)
-        return self._index.get(canonical)
+        index = self._index if self._indexed == len(self.options) else self._reindex()
+        return index.get(canonical)
 
     def has(self, canonical: str) -> bool:
-        opt = self.get(canonical)
+        index = self._index if self._indexed == len(self.options) else self._reindex()
+        opt = index.get(canonical)
         return opt is not None and not opt.negated
 
     def value(self, canonical: str) -> str | None:
         """The option's value as written; None when absent or negated. An unknown value (an
         expansion the validator cannot resolve) is its text as written: see :meth:`is_unknown`."""
-        opt = self.get(canonical)
+        index = self._index if self._indexed == len(self.options) else self._reindex()
+        opt = index.get(canonical)
         return None if opt is None or opt.negated else opt.value
 
     def is_unknown(self, canonical: str) -> bool:
         """Whether the option is given with a value the validator cannot resolve."""
-        opt = self.get(canonical)
+        index = self._index if self._indexed == len(self.options) else self._reindex()
+        opt = index.get(canonical)
         return opt is not None and opt.unknown
 
     def int_value(self, canonical: str) -> int | None:
         """The value as an integer; None when absent, unknown or not an integer."""
-        if self.is_unknown(canonical):
-            return None
-        v = self.value(canonical)
-        if v is None:
-            return None
-        try:
-            return int(v, 0) if v.lower().startswith(("0x", "-0x")) else int(v)
-        except ValueError:
-            return None
+        index = self._index if self._indexed == len(self.options) else self._reindex()
+        ints = self._ints
+        if canonical in ints:
+            return ints[canonical]
+        opt = index.get(canonical)
+        v = None if opt is None or opt.negated or opt.unknown else opt.value
+        n: int | None = None
+        if v is not None:
+            try:
+                n = int(v, 0) if v.lower().startswith(("0x", "-0x")) else int(v)
+            except ValueError:
+                n = None
+        ints[canonical] = n
+        return n
 
     def bool_value(self, canonical: str) -> bool | None:
         """True/False for on/off style options; None when not given or unknown."""
@@ -206,43 +227,41 @@ def is_server_binary(word: str) -> bool:
 _is_server_binary = is_server_binary  # the former private name
 
 
-def _looks_like_option(word: str) -> bool:
-    if not word.startswith("-") or word in ("-", "--"):
+def _is_option(word: str) -> bool:
+    """Whether an argument is an option (``-x``, ``--xx``) and not a number like ``-1``."""
+    if word[:1] != "-" or word in {"-", "--"}:
         return False
-    return not _NUMBER.fullmatch(word)
+    return not (word[1:2].isdigit() or word[1:2] == ".") or not _NUMBER.fullmatch(word)
 
 
 def parse_tokens(tokens: list[Token], cfg: ServerConfig) -> ServerConfig:
     """Turn argv tokens (without the program name) into options of ``cfg``, as llama.cpp reads
     them; arguments it refuses go to ``cfg.refused`` (and bare words to ``cfg.positional``)."""
     t = table()
+    by_name = t.by_name
+    options = cfg.options
     i = 0
     n = len(tokens)
     uncertain = False  # after an expansion that may hold options: a bare word may be a value
     while i < n:
         tok = tokens[i]
+        i += 1
         word = tok.text
         if tok.split:
             # an unresolved unquoted expansion: zero or more arguments, options among them maybe
-            cfg.opaque = True
-            uncertain = True
-            i += 1
+            cfg.opaque = uncertain = True
             continue
-        if not _looks_like_option(word):
+        if not _is_option(word):
             if tok.unknown:
-                cfg.opaque = True
-                uncertain = True
+                cfg.opaque = uncertain = True
             elif not uncertain:
                 cfg.positional.append(tok)
                 cfg.refused.append(Refusal(tok, "positional"))
-            i += 1
             continue
         name, eq, inline = word.partition("=")
         if tok.unknown and any(c in name for c in "$%`!"):
             # the option's own name is not known (``--$FLAG``): it may be anything
-            cfg.opaque = True
-            uncertain = True
-            i += 1
+            cfg.opaque = uncertain = True
             continue
         uncertain = False
         joined = False
@@ -251,7 +270,9 @@ def parse_tokens(tokens: list[Token], cfg: ServerConfig) -> ServerConfig:
             name, _, rest = word.strip().partition(" ")
             inline = rest.strip()
             joined = bool(inline)
-        found = t.lookup(name)
+        found = by_name.get(name)
+        if found is None and "_" in name and name[:2] == "--":
+            found = by_name.get(name.replace("_", "-"))
         if eq or joined:
             cfg.refused.append(
                 Refusal(tok, "equals" if eq else "joined", found[0].canonical if found else None)
@@ -260,12 +281,11 @@ def parse_tokens(tokens: list[Token], cfg: ServerConfig) -> ServerConfig:
             # Unknown option: keep it; take a following non-option word as its value.
             value: str | None = inline if (eq or joined) else None
             unknown_value = False
-            if not (eq or joined) and i + 1 < n and not _looks_like_option(tokens[i + 1].text):
-                nxt = tokens[i + 1]
+            if not (eq or joined) and i < n and not _is_option(tokens[i].text):
+                nxt = tokens[i]
                 value, unknown_value = nxt.text, nxt.unknown or nxt.split
                 i += 1
-            cfg.options.append(Option(name, name, value, tok.line, None, unknown=unknown_value))
-            i += 1
+            options.append(Option(name, name, value, tok.line, None, unknown=unknown_value))
             continue
         spec, negated = found
         opt = Option(name, spec.canonical, None, tok.line, spec, negated=negated)
@@ -273,8 +293,8 @@ def parse_tokens(tokens: list[Token], cfg: ServerConfig) -> ServerConfig:
             if eq or joined:
                 opt.value = inline
                 opt.unknown = tok.unknown
-            elif i + 1 < n and not _value_is_option(spec, tokens[i + 1]):
-                nxt = tokens[i + 1]
+            elif i < n and not _value_is_option(spec, tokens[i], by_name):
+                nxt = tokens[i]
                 opt.value = nxt.text
                 opt.unknown = nxt.unknown or nxt.split
                 i += 1
@@ -282,19 +302,21 @@ def parse_tokens(tokens: list[Token], cfg: ServerConfig) -> ServerConfig:
                 opt.missing_value = True
         elif eq or joined:
             opt.value = inline
-        cfg.options.append(opt)
-        i += 1
+        options.append(opt)
     return cfg
 
 
-def _value_is_option(spec: FlagSpec, tok: Token) -> bool:
+def _value_is_option(
+    spec: FlagSpec, tok: Token, by_name: Mapping[str, tuple[FlagSpec, bool]] | None = None
+) -> bool:
     """Whether the argument after a value-taking option is really the next option."""
     word = tok.text
-    if tok.split or not _looks_like_option(word):
+    if tok.split or not _is_option(word):
         return False
     if spec.values and word in spec.values:
         return False
-    return table().lookup(word.partition("=")[0]) is not None or word.startswith("--")
+    names = by_name if by_name is not None else table().by_name
+    return word.partition("=")[0] in names or word.startswith("--")
 
 
 def apply_env(
@@ -494,7 +516,7 @@ def validate_value(opt: Option) -> str | None:
             extra = "; older builds took a bare -fa, current ones need on|off|auto"
         return f"{opt.written} needs a value{hint}{extra}"
     v = opt.value
-    if v is None:
+    if v is None or (spec.kind == "str" and spec.values is None):
         return None
     if spec.values is not None:
         if v in spec.values:
@@ -503,7 +525,7 @@ def validate_value(opt: Option) -> str | None:
     if spec.kind == "int":
         if v in spec.special:
             return None
-        if not _INTEGER.match(v) or not _INTEGER.fullmatch(v.strip()):
+        if not v.isdigit() and not _INTEGER.fullmatch(v.strip()):
             also = f" (or {', '.join(spec.special)})" if spec.special else ""
             return f"{opt.written} {v!r} is not an integer{also}"
         n = int(v.strip())

@@ -30,6 +30,29 @@ class UsageError(Exception):
     pass
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's formatter, sized from COLUMNS or the terminal without importing shutil (which
+    argparse loads for every parser it builds: a few ms of every run)."""
+
+    def __init__(
+        self,
+        prog: str,
+        indent_increment: int = 2,
+        max_help_position: int = 24,
+        width: int | None = None,
+    ) -> None:
+        if width is None:
+            try:
+                columns = int(os.environ.get("COLUMNS", ""))
+            except ValueError:
+                try:
+                    columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+                except (AttributeError, ValueError, OSError):
+                    columns = 80
+            width = max(columns, 20) - 2
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
 def _read(path: str) -> str:
     """A file given on the command line: a regular file of at most 2 MiB, in any encoding
     (llamafleet.textio); anything else is a usage error."""
@@ -266,6 +289,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The command line; ``command``: the subcommand about to run (only its module is loaded;
     None loads all, for ``--help``)."""
     p = argparse.ArgumentParser(
+        formatter_class=_Formatter,
         prog="llamafleet",
         description="Check llama-server flags, systemd units and Claude Code settings against "
         "known pitfalls; plan GPU memory.",
@@ -275,6 +299,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     c = sub.add_parser(
         "check",
+        formatter_class=_Formatter,
         help="check files for pitfalls",
         description="Check llama-server scripts (.sh, .cmd), systemd units, "
         "instance variables (YAML/JSON) and Claude Code settings. "
@@ -316,15 +341,17 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("--select", metavar="IDS", help="only these rule ids, comma-separated")
     c.set_defaults(func=cmd_check)
 
-    e = sub.add_parser("explain", help="print a rule's documentation")
+    e = sub.add_parser("explain", help="print a rule's documentation", formatter_class=_Formatter)
     e.add_argument("rule", help="rule id (e.g. LS001) or name")
     e.set_defaults(func=cmd_explain)
 
-    r = sub.add_parser("rules", help="list the rules")
+    r = sub.add_parser("rules", help="list the rules", formatter_class=_Formatter)
     r.add_argument("--format", choices=("human", "json"), default="human")
     r.set_defaults(func=cmd_rules)
 
-    i = sub.add_parser("inspect", help="print a GGUF model's metadata and tensors")
+    i = sub.add_parser(
+        "inspect", help="print a GGUF model's metadata and tensors", formatter_class=_Formatter
+    )
     i.add_argument("model", help="GGUF file")
     i.add_argument("--format", choices=("human", "json"), default="human")
     i.set_defaults(func=cmd_inspect)
@@ -332,7 +359,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if command in (None, "plan"):
         _register_plan(sub)
     else:  # listed in `llamafleet --help`; its module (the planner) is not loaded for `check`
-        sub.add_parser("plan", help="estimate GPU memory for a model and llama-server flags")
+        sub.add_parser(
+            "plan",
+            help="estimate GPU memory for a model and llama-server flags",
+            formatter_class=_Formatter,
+        )
     if command in (None, "template"):
         from llamafleet import template_cli
 
@@ -340,6 +371,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     else:
         sub.add_parser(
             "template",
+            formatter_class=_Formatter,
             help="check a chat template against Claude Code's late system message, or fix it",
         )
     return p

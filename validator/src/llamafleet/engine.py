@@ -35,15 +35,29 @@ class ConfigError(InputError):
     pass
 
 
-@dataclass
 class Finding:
-    id: str
-    name: str
-    severity: str
-    message: str
-    file: str
-    line: int
-    fix: str
+    """One finding: a rule's id and text, where it is and its fix."""
+
+    __slots__ = ("file", "fix", "id", "line", "message", "name", "severity")
+
+    def __init__(
+        self, *, id: str, name: str, severity: str, message: str, file: str, line: int, fix: str
+    ) -> None:
+        self.id = id
+        self.name = name
+        self.severity = severity
+        self.message = message
+        self.file = file
+        self.line = line
+        self.fix = fix
+
+    def __repr__(self) -> str:
+        return f"Finding({self.id} {self.file}:{self.line} {self.message!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Finding) and self.as_dict() == other.as_dict()
+
+    __hash__ = None  # type: ignore[assignment]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -120,13 +134,12 @@ class Inputs:
     listeners: list[Listener] = field(default_factory=list)
 
 
-_COMPOSE_NAMES = re.compile(r"(?:^|[-_.])(?:docker-)?compose(?:[-_.][\w.-]*)?\.ya?ml$")
-
-
 def _detect(path: str, text: str) -> str:
     low = path.lower()
     base = os.path.basename(low)
-    if low.endswith((".service", ".unit")) or re.search(r"^\[Service\]", text, re.M):
+    if low.endswith((".service", ".unit")) or (
+        "[Service]" in text and re.search(r"^\[Service\]", text, re.M)
+    ):
         return "unit"
     if low.endswith((".cmd", ".bat")):
         return "cmd"
@@ -141,7 +154,7 @@ def _detect(path: str, text: str) -> str:
         except (json.JSONDecodeError, RecursionError):
             return "settings"
         return "mapping" if _is_mapping_doc(data) else "settings"
-    if low.endswith((".yml", ".yaml")) or _COMPOSE_NAMES.search(base):
+    if low.endswith((".yml", ".yaml")):
         return "yaml"
     if base == ".env" or low.endswith(".env"):
         return "env"
@@ -367,11 +380,13 @@ def _parse_mapping_doc(data: Any, path: str) -> list[ServerConfig]:
 _SUPPRESS = re.compile(r"llamafleet:\s*ignore(-file)?\[([A-Za-z0-9 ,]+)\]\s*(.*)$")
 
 
-@dataclass
 class Suppressions:
-    lines: dict[tuple[str, int], set[str]] = field(default_factory=dict)
-    files: dict[str, set[str]] = field(default_factory=dict)
-    unreasoned: list[Hit] = field(default_factory=list)
+    __slots__ = ("files", "lines", "unreasoned")
+
+    def __init__(self) -> None:
+        self.lines: dict[tuple[str, int], set[str]] = {}
+        self.files: dict[str, set[str]] = {}
+        self.unreasoned: list[Hit] = []
 
     def covers(self, f: Finding) -> bool:
         if f.id in self.files.get(f.file, set()):
@@ -382,6 +397,8 @@ class Suppressions:
 def scan_suppressions(texts: Mapping[str, str]) -> Suppressions:
     sup = Suppressions()
     for path, text in texts.items():
+        if "llamafleet" not in text:
+            continue
         for no, line in enumerate(text.splitlines(), 1):
             m = _SUPPRESS.search(line)
             if not m:
@@ -408,29 +425,45 @@ class _Blank(dict[str, Any]):
 
 def _fmt(template: str, values: Mapping[str, Any]) -> str:
     try:
-        return template.format_map(_Blank(values))
+        return template.format_map(values if isinstance(values, _Blank) else _Blank(values))
     except (ValueError, IndexError, KeyError, AttributeError):
         return template
 
 
-@dataclass
 class Result:
-    findings: list[Finding]
-    suppressed: int
-    files: int
+    __slots__ = ("files", "findings", "suppressed")
+
+    def __init__(self, findings: list[Finding], suppressed: int, files: int) -> None:
+        self.findings = findings
+        self.suppressed = suppressed
+        self.files = files
 
 
 def _finding(info: RuleInfo, hit: Hit, config: Config) -> Finding:
     severity = config.severity.get(info.id) or hit.severity or info.severity
+    values = _Blank(hit.vars)
     return Finding(
         id=info.id,
         name=info.name,
         severity=severity,
-        message=_fmt(info.message, hit.vars),
+        message=_fmt(info.message, values) if "{" in info.message else info.message,
         file=hit.file,
         line=hit.line,
-        fix=_fmt(info.fix, hit.vars),
+        fix=_fmt(info.fix, values) if "{" in info.fix else info.fix,
     )
+
+
+_PLAN: list[tuple[str, RuleInfo, Any]] = []
+
+
+def _plan() -> list[tuple[str, RuleInfo, Any]]:
+    """(id, catalogue entry, predicate) of every rule with a predicate, in catalogue order."""
+    if not _PLAN:
+        registry = load_all()
+        _PLAN.extend(
+            (rid, info, registry[rid]) for rid, info in catalogue().items() if rid in registry
+        )
+    return _PLAN
 
 
 def run(
@@ -443,7 +476,6 @@ def run(
     config = config or Config()
     facts = facts or Facts()
     cat = catalogue()
-    registry = load_all()
     ctx = Context(
         servers=inputs.servers,
         units=inputs.units,
@@ -454,12 +486,10 @@ def run(
         listeners=inputs.listeners,
     )
     wanted = set(only) if only is not None else None
+    skip = config.skip
     raw: list[Finding] = []
-    for rid, info in cat.items():
-        if rid in config.skip or (wanted is not None and rid not in wanted):
-            continue
-        pred = registry.get(rid)
-        if pred is None:
+    for rid, info, pred in _plan():
+        if rid in skip or (wanted is not None and rid not in wanted):
             continue
         try:
             for hit in pred(ctx):
@@ -471,21 +501,21 @@ def run(
             ) from exc
     sup = scan_suppressions(inputs.texts)
     for hit in inputs.problems:
-        if "LF002" not in config.skip:
+        if "LF002" not in skip:
             raw.append(_finding(cat["LF002"], hit, config))
     for hit in sup.unreasoned:
-        if "LF001" not in config.skip:
+        if "LF001" not in skip:
             raw.append(_finding(cat["LF001"], hit, config))
-    kept = [f for f in raw if f.id == "LF001" or not sup.covers(f)]
-    seen: set[tuple[str, str, int, str]] = set()
-    unique = []
+    if sup.lines or sup.files:
+        kept = [f for f in raw if f.id == "LF001" or not sup.covers(f)]
+    else:
+        kept = raw
+    unique: dict[tuple[str, str, int, str], Finding] = {}
     for f in kept:
-        key = (f.id, f.file, f.line, f.message)
-        if key not in seen:
-            seen.add(key)
-            unique.append(f)
-    unique.sort(key=lambda f: (f.file, f.line, RANK[f.severity], f.id))
-    return Result(findings=unique, suppressed=len(raw) - len(kept), files=len(inputs.texts))
+        unique.setdefault((f.id, f.file, f.line, f.message), f)
+    findings = list(unique.values())
+    findings.sort(key=lambda f: (f.file, f.line, RANK[f.severity], f.id))
+    return Result(findings=findings, suppressed=len(raw) - len(kept), files=len(inputs.texts))
 
 
 def exit_code(result: Result, fail_on: str) -> int:

@@ -10,8 +10,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from llamafleet.errors import InputError
 from llamafleet.flags import HelpFacts, parse_help
 from llamafleet.gguf_meta import ModelFacts, load_model_meta, model_from_dict
@@ -61,12 +59,14 @@ class Facts:
 
 
 def _read(path: str, base: str) -> str:
+    """A file the facts name: a regular file of at most 2 MiB (llamafleet.textio)."""
+    from llamafleet.textio import read_text
+
     p = path if os.path.isabs(path) else os.path.join(base, path)
     try:
-        with open(p, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError as exc:
-        raise FactsError(f"{p}: cannot read: {exc.strerror}") from exc
+        return read_text(p)
+    except InputError as exc:
+        raise FactsError(str(exc)) from exc
 
 
 def _cc(value: Any) -> str:
@@ -102,12 +102,13 @@ def load_facts_file(path: str, facts: Facts | None = None) -> Facts:
     facts = facts or Facts()
     base = os.path.dirname(os.path.abspath(path))
     text = _read(path, ".")
+    from llamafleet import safeyaml
+    from llamafleet.safeyaml import plain
+
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        raise FactsError(f"{path}{where}: not valid YAML/JSON: {exc}") from exc
+        data = plain(safeyaml.load(text))
+    except safeyaml.YAMLInputError as exc:
+        raise FactsError(f"{path}:{exc.line}: {exc}") from exc
     if not isinstance(data, dict):
         raise FactsError(f"{path}: expected a mapping of facts")
     return apply_facts(data, facts, path, base)

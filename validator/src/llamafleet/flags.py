@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -46,6 +45,7 @@ class FlagSpec:
 
     __slots__ = (
         "canonical",
+        "checked",
         "env",
         "kind",
         "legacy",
@@ -55,6 +55,7 @@ class FlagSpec:
         "rejects",
         "special",
         "successor",
+        "takes_value",
         "value_hint",
         "values",
     )
@@ -90,10 +91,9 @@ class FlagSpec:
         #: numbers the handler refuses (-np 0) and the smallest it accepts (--n-cpu-moe 0)
         self.rejects = rejects
         self.min_value = min_value
-
-    @property
-    def takes_value(self) -> bool:
-        return self.kind in ("int", "float", "str", "pair")
+        self.takes_value = kind in ("int", "float", "str", "pair")
+        #: whether a value can be refused (a closed set, a number)
+        self.checked = self.values is not None or kind in ("int", "float")
 
     def __repr__(self) -> str:
         return f"FlagSpec({self.canonical!r}, kind={self.kind!r})"
@@ -268,6 +268,8 @@ def parse_help(text: str) -> HelpFacts:
     """
     names: set[str] = set()
     allowed: dict[str, tuple[str, ...]] = {}
+    import textwrap
+
     lines = textwrap.dedent(text).splitlines()
     i = 0
     while i < len(lines):

@@ -16,6 +16,7 @@ import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import SplitResult
 
 from llamafleet.values import Unresolved, split_url
 
@@ -174,6 +175,10 @@ class Client:
     process_env: dict[str, str] = field(default_factory=dict)
     name: str = ""
     _ordered: list[SettingsFile] | None = field(default=None, repr=False)
+    _env: dict[str, Value | None] = field(default_factory=dict, repr=False)
+    _third_party: bool | None = field(default=None, repr=False)
+    #: values rules compute once per client (its URL split up, ...)
+    memo: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def ordered(self) -> list[SettingsFile]:
         """Valid files from highest to lowest precedence."""
@@ -185,20 +190,35 @@ class Client:
         return self._ordered
 
     def env(self, key: str) -> Value | None:
+        if key in self._env:
+            return self._env[key]
+        found: Value | None = None
         for f in self.ordered():
             env = f.env()
             if key in env:
-                return Value(env[key], f, f.line_of("env", key))
-        if key in self.process_env:
-            return Value(self.process_env[key], None, 0)
-        return None
+                found = Value(env[key], f, f.line_of("env", key))
+                break
+        else:
+            if key in self.process_env:
+                found = Value(self.process_env[key], None, 0)
+        self._env[key] = found
+        return found
 
     def setting(self, key: str) -> Value | None:
+        memo = self.memo.get("settings")
+        if memo is None:
+            memo = self.memo["settings"] = {}
+        if key in memo:
+            found: Value | None = memo[key]
+            return found
+        found = None
         for f in self.ordered():
             assert f.data is not None
             if key in f.data:
-                return Value(f.data[key], f, f.line_of(key))
-        return None
+                found = Value(f.data[key], f, f.line_of(key))
+                break
+        memo[key] = found
+        return found
 
     @property
     def primary(self) -> SettingsFile | None:
@@ -225,12 +245,27 @@ class Client:
 
     def is_third_party(self) -> bool:
         """True when requests go to a server other than Anthropic's API."""
+        if self._third_party is None:
+            self._third_party = self._is_third_party()
+        return self._third_party
+
+    def url_parts(self) -> SplitResult | None:
+        """ANTHROPIC_BASE_URL split up (None when unset, unresolved or not a URL)."""
+        if "url_parts" not in self.memo:
+            v = self.base_url()
+            text = v.value if v is not None and isinstance(v.value, str) else ""
+            usable = bool(text.strip()) and not isinstance(text, Unresolved)
+            self.memo["url_parts"] = split_url(text) if usable else None
+        parts: SplitResult | None = self.memo["url_parts"]
+        return parts
+
+    def _is_third_party(self) -> bool:
         v = self.base_url()
         if v is None or not isinstance(v.value, str) or not v.value.strip():
             return False
         if isinstance(v.value, Unresolved):
             return False  # set outside the file: where it points is unknown
-        parts = split_url(v.value)
+        parts = self.url_parts()
         if parts is None:
             return False  # not a URL (CC007 says so): Claude Code sends nothing anywhere
         host = parts.hostname or ""

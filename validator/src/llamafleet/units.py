@@ -71,6 +71,8 @@ def _logical_lines(text: str) -> list[tuple[str, int]]:
 
 def _split(value: str, line: int) -> list[tuple[str, bool]]:
     """Split a systemd command line: (word, quoted) pairs (quotes and C escapes)."""
+    if "'" not in value and '"' not in value and "\\" not in value:
+        return [(w, False) for w in value.split()]
     words: list[tuple[str, bool]] = []
     buf: list[str] = []
     have = quoted = False
@@ -246,8 +248,12 @@ def _exec_tokens(
     tokens = [Token(prog, exec_start.line)] if prog else []
     if words[0][0].lstrip("-:+!|").startswith("@") and len(words) > 1:
         words = words[1:]  # @: the next word is argv[0]
+    line = exec_start.line
     for text_, quoted in words[1:]:
-        tokens += _expand(text_, quoted, exec_start.line, variables, credentials)
+        if "$" in text_ or "%" in text_:
+            tokens += _expand(text_, quoted, line, variables, credentials)
+        else:
+            tokens.append(Token(text_, line))
     return tokens
 
 
@@ -255,6 +261,8 @@ def _expand(
     text: str, quoted: bool, line: int, variables: dict[str, str], credentials: dict[str, str]
 ) -> list[Token]:
     """One ExecStart= word expanded as systemd does."""
+    if "$" not in text and "%" not in text:
+        return [Token(text, line)]
     whole = re.fullmatch(r"\$([A-Za-z_][A-Za-z0-9_]*)", text)
     if whole and not quoted:
         name = whole.group(1)

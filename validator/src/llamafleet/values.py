@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from urllib.parse import SplitResult, urlsplit
 
 
@@ -17,6 +18,7 @@ def is_unresolved(value: object) -> bool:
     return isinstance(value, Unresolved)
 
 
+@lru_cache(maxsize=512)
 def split_url(url: str) -> SplitResult | None:
     """``urlsplit`` of ``url``, or None when it is not a URL Python can split (``http://[::1:8080``
     raises in urlsplit) or its port is not a number in 0..65535."""

@@ -1,6 +1,6 @@
 """The pitfall catalogue: rules as data (``rules.yaml``), validated by ``schema.json``.
 
-``llamafleet check`` reads the catalogue from ``_compiled.py``, generated from ``rules.yaml`` by
+``llamafleet check`` reads the catalogue from ``compiled.json``, generated from ``rules.yaml`` by
 ``tools/gen_catalogue.py`` (validated against the schema there; a test keeps the two equal), so a
 check neither parses YAML nor validates a schema. When ``rules.yaml`` was edited and not compiled
 again (its checksum differs from the one recorded), the YAML itself is read and validated.
@@ -8,6 +8,7 @@ again (its checksum differs from the one recorded), the YAML itself is read and 
 
 from __future__ import annotations
 
+import json
 import os
 import zlib
 from dataclasses import dataclass
@@ -50,8 +51,6 @@ def raw_catalogue() -> dict[str, Any]:
 
 
 def schema() -> dict[str, Any]:
-    import json
-
     data: dict[str, Any] = json.loads(_text("schema.json"))
     return data
 
@@ -59,12 +58,12 @@ def schema() -> dict[str, Any]:
 def compiled() -> dict[str, Any] | None:
     """The compiled catalogue when it is current (compiled from ``rules.yaml`` as it is now)."""
     try:
-        from llamafleet.catalogue import _compiled
-    except ImportError:  # pragma: no cover - shipped with the package
+        doc = json.loads(_text("compiled.json"))
+    except (OSError, ValueError):  # pragma: no cover - shipped with the package
         return None
-    if source_checksum() != (_compiled.SOURCE_SIZE, _compiled.SOURCE_CRC32):
+    if (doc.get("source_size"), doc.get("source_crc32")) != source_checksum():
         return None
-    data: dict[str, Any] = _compiled.CATALOGUE
+    data: dict[str, Any] = doc["catalogue"]
     return data
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from functools import cache
 
 from llamafleet.argv import ServerConfig, Token, apply_env, is_server_binary, parse_tokens
 
@@ -60,39 +60,56 @@ NOT_SERVING = frozenset(
 )
 
 
-@dataclass
+# (plain classes, not dataclasses: each dataclass costs every `llamafleet check` run ~0.2 ms)
+
+
 class EnvValue:
-    value: str
-    line: int
-    unknown: bool = False
+    __slots__ = ("line", "unknown", "value")
+
+    def __init__(self, value: str, line: int, unknown: bool = False) -> None:
+        self.value = value
+        self.line = line
+        self.unknown = unknown
+
+    def __repr__(self) -> str:
+        return f"EnvValue({self.value!r}, {self.line}{', unknown' if self.unknown else ''})"
 
 
-@dataclass
 class ClientEnv:
     """Claude Code's environment as a file sets it (exported variables, a Compose service's
     ``environment``): checked as the ``env`` block of a settings file."""
 
-    name: str  # e.g. the file, or "service claude-code"
-    values: dict[str, EnvValue] = field(default_factory=dict)
+    __slots__ = ("name", "values")
+
+    def __init__(self, name: str, values: dict[str, EnvValue] | None = None) -> None:
+        self.name = name  # e.g. the file, or "compose.yaml (service claude-code)"
+        self.values: dict[str, EnvValue] = values if values is not None else {}
 
 
-@dataclass
 class Listener:
     """Something other than llama-server that listens on a port of this host (a proxy)."""
 
-    host: str
-    port: int
-    what: str
-    line: int
+    __slots__ = ("host", "line", "port", "what")
+
+    def __init__(self, host: str, port: int, what: str, line: int) -> None:
+        self.host = host
+        self.port = port
+        self.what = what
+        self.line = line
+
+    def __repr__(self) -> str:
+        return f"Listener({self.host!r}, {self.port}, {self.what!r}, line {self.line})"
 
 
-@dataclass
 class ReadResult:
-    servers: list[ServerConfig] = field(default_factory=list)
-    clients: list[ClientEnv] = field(default_factory=list)
-    listeners: list[Listener] = field(default_factory=list)
-    #: systemd units written by the file (a here-document), parsed as units
-    units: list[object] = field(default_factory=list)
+    __slots__ = ("clients", "listeners", "servers", "units")
+
+    def __init__(self) -> None:
+        self.servers: list[ServerConfig] = []
+        self.clients: list[ClientEnv] = []
+        self.listeners: list[Listener] = []
+        #: systemd units written by the file (a here-document), parsed as units
+        self.units: list[object] = []
 
     @property
     def empty(self) -> bool:
@@ -107,28 +124,39 @@ _BUILD = re.compile(
 )
 
 
+_BUILD_HINT = re.compile(r"b\d{4}")
+
+
 def build_in_text(text: str) -> int | None:
     """The llama.cpp build a file names (``llama-b8200-bin-...``, ``.../download/b8200/``, an
     image tag ``server-cuda-b8200``, ``git checkout b8200``), when it names exactly one."""
+    if not _BUILD_HINT.search(text):
+        return None
     found = {int(m.group(1)) for m in _BUILD.finditer(text)}
     return found.pop() if len(found) == 1 else None
 
 
 # ----------------------------------------------------------------------------- images
 
-_SERVER_REPO = re.compile(r"(?:^|/)(?:llama[._-]?cpp[._-]?server|llama[._-]server)(?:$|[:@])", re.I)
-_LLAMA_REPO = re.compile(r"(?:^|/)llama[._-]?cpp(?:[._-][a-z0-9]+)*$", re.I)
-_TAG_BUILD = re.compile(r"(?:^|-)b(\d{4,5})(?:$|-)")
+
+@cache
+def _image_patterns() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
+    return (
+        re.compile(r"(?:^|/)(?:llama[._-]?cpp[._-]?server|llama[._-]server)(?:$|[:@])", re.I),
+        re.compile(r"(?:^|/)llama[._-]?cpp(?:[._-][a-z0-9]+)*$", re.I),
+        re.compile(r"(?:^|-)b(\d{4,5})(?:$|-)"),
+    )
 
 
 def image_kind(image: str) -> str:
     """``server`` (its entrypoint is llama-server), ``full`` (``tools.sh``: ``--server`` runs
     llama-server), ``light`` (llama-cli) or ``other``."""
+    server_repo, llama_repo, _ = _image_patterns()
     ref = image.strip().split("@", 1)[0]
     repo, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "")
-    if _SERVER_REPO.search(repo + ":"):
+    if server_repo.search(repo + ":"):
         return "server"
-    if _LLAMA_REPO.search(repo):
+    if llama_repo.search(repo):
         t = tag.lower()
         if t.startswith("server"):
             return "server"
@@ -141,7 +169,7 @@ def image_kind(image: str) -> str:
 
 def image_build(image: str) -> int | None:
     tag = image.split("@", 1)[0].rsplit("/", 1)[-1].partition(":")[2]
-    m = _TAG_BUILD.search(tag)
+    m = _image_patterns()[2].search(tag)
     return int(m.group(1)) if m else None
 
 
@@ -184,7 +212,7 @@ _PROXIES = {"litellm": 4000, "ccr": 3456, "claude-code-router": 3456, "claude-co
 
 
 def basename(word: str) -> str:
-    return re.split(r"[\\/]", word)[-1].lower()
+    return word.rpartition("/")[2].rpartition("\\")[2].lower()
 
 
 Nested = Callable[[str, int], None]
@@ -197,12 +225,20 @@ class Collector:
         self.path = path
         self.source = source
         self.result = ReadResult()
-        self.build = build_in_text(text) if text else None
+        self._text = text
+        self._build: int | bool | None = False  # False: not looked for yet
         self.client = ClientEnv(name=path)
         #: reads a script given as text to a shell (``sh -c``) starting at a line; set by the
         #: reader that knows the script's language
         self.nested_shell: Nested | None = None
         self._depth = 0
+
+    @property
+    def build(self) -> int | None:
+        """The llama.cpp build the file names (see :func:`build_in_text`)."""
+        if self._build is False:
+            self._build = build_in_text(self._text) if self._text else None
+        return self._build if isinstance(self._build, int) else None
 
     # -- the client's environment
     def client_var(self, name: str, value: str, line: int, unknown: bool = False) -> None:
@@ -436,17 +472,31 @@ class Collector:
         return cfg
 
 
-@dataclass
 class RunOptions:
-    image: Token | None = None
-    command: list[Token] = field(default_factory=list)
-    entrypoint: list[Token] | None = None
-    env: dict[str, EnvValue] = field(default_factory=dict)
-    env_file: bool = False
-    unknown_env: bool = False
-    published: list[tuple[str, int, int]] = field(default_factory=list)
-    host_network: bool = False
-    names: list[str] = field(default_factory=list)
+    """What ``docker run`` options say."""
+
+    __slots__ = (
+        "command",
+        "entrypoint",
+        "env",
+        "env_file",
+        "host_network",
+        "image",
+        "names",
+        "published",
+        "unknown_env",
+    )
+
+    def __init__(self) -> None:
+        self.image: Token | None = None
+        self.command: list[Token] = []
+        self.entrypoint: list[Token] | None = None
+        self.env: dict[str, EnvValue] = {}
+        self.env_file = False
+        self.unknown_env = False
+        self.published: list[tuple[str, int, int]] = []
+        self.host_network = False
+        self.names: list[str] = []
 
 
 #: ``docker run``/``podman run`` options that take a value (the rest are switches).

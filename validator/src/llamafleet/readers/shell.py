@@ -17,7 +17,6 @@ may stand for any number of arguments.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 from llamafleet.argv import ParseError, ServerConfig, Token
 from llamafleet.readers.common import Collector, EnvValue, ReadResult, is_client_key
@@ -29,15 +28,13 @@ Part = tuple[str, str, bool]
 
 
 class Word:
-    __slots__ = ("adjacent", "array", "line", "parts")
+    __slots__ = ("array", "line", "parts")
 
     def __init__(self, parts: list[Part], line: int) -> None:
         self.parts = parts
         self.line = line
         #: the elements of ``NAME=( ... )``
         self.array: list[Word] | None = None
-        #: no white space before the next item (``f()``, ``NAME=(``)
-        self.adjacent = False
 
     def literal(self) -> str | None:
         """The word's text when it has no expansion."""
@@ -60,14 +57,25 @@ class Word:
 Item = Word | str  # a word, or an operator "(" / ")"
 
 
-@dataclass
 class Command:
-    items: list[Item]
-    line: int
-    #: what ended it: "\n", ";", "&", "&&", "||", "|", ";;" or "" (end of text)
-    end: str = ""
-    #: here-documents of the command: (delimiter, body, first body line, expands)
-    heredocs: list[tuple[str, str, int, bool]] = field(default_factory=list)
+    __slots__ = ("end", "heredocs", "items", "line")
+
+    def __init__(
+        self,
+        items: list[Item],
+        line: int,
+        end: str = "",
+        heredocs: list[tuple[str, str, int, bool]] | None = None,
+    ) -> None:
+        self.items = items
+        self.line = line
+        #: what ended it: "\n", ";", "&", "&&", "||", "|", ";;" or "" (end of text)
+        self.end = end
+        #: here-documents of the command: (delimiter, body, first body line, expands)
+        self.heredocs: list[tuple[str, str, int, bool]] = heredocs if heredocs is not None else []
+
+    def __repr__(self) -> str:
+        return f"Command({self.items!r}, {self.line}, {self.end!r})"
 
 
 _SCAN = re.compile(
@@ -213,9 +221,40 @@ def _ansi(body: str) -> str:
     return "".join(out)
 
 
+#: Anything beyond plain words, ``\\`` line continuations and comments.
+_NOT_PLAIN = re.compile(r"['\"`$;&|()<>]|\\(?!\r?\n)")
+
+
+def _plain(text: str, line: int) -> list[Command]:
+    """:func:`tokenize` for text of plain words only (most llama-server scripts): split lines."""
+    commands: list[Command] = []
+    items: list[Item] = []
+    cmd_line = line
+    for raw in text.split("\n"):
+        body = raw.rstrip("\r")
+        cont = body.endswith("\\")
+        if cont:
+            body = body[:-1]
+        for w in body.split():
+            if w[0] == "#":
+                break
+            if not items:
+                cmd_line = line
+            items.append(Word([("lit", w, False)], line))
+        if not cont and items:
+            commands.append(Command(items, cmd_line, "\n"))
+            items = []
+        line += 1
+    if items:
+        commands.append(Command(items, cmd_line, ""))
+    return commands
+
+
 def tokenize(text: str, line: int = 1) -> list[Command]:
     """Split shell text into commands of words and operators (quotes, escapes, ``\\``
     continuations, expansions kept as written, redirections and here-documents removed)."""
+    if not _NOT_PLAIN.search(text):
+        return _plain(text, line)
     commands: list[Command] = []
     items: list[Item] = []
     parts: list[Part] = []
@@ -308,10 +347,7 @@ def tokenize(text: str, line: int = 1) -> list[Command]:
                     items.append(w)
                     parts, have = [], False
                     continue
-                adjacent_before = have
                 flush()
-                if adjacent_before and items and isinstance(items[-1], Word):
-                    items[-1].adjacent = True
                 items.append(op)
             else:
                 end(op)
@@ -481,11 +517,17 @@ class _Unknown:
 UNKNOWN = _Unknown()
 
 
-@dataclass
 class Field:
-    pieces: list[Piece] = field(default_factory=list)
-    unknown: bool = False
-    split: bool = False
+    """One argument an expansion gives, as pieces with their lines."""
+
+    __slots__ = ("pieces", "split", "unknown")
+
+    def __init__(
+        self, pieces: list[Piece] | None = None, unknown: bool = False, split: bool = False
+    ) -> None:
+        self.pieces: list[Piece] = pieces if pieces is not None else []
+        self.unknown = unknown
+        self.split = split
 
     def token(self, line: int) -> Token:
         text = "".join(p[0] for p in self.pieces)
@@ -745,6 +787,10 @@ class Expander:
     def words(self, ws: list[Word]) -> list[Token]:
         out: list[Token] = []
         for w in ws:
+            parts = w.parts
+            if len(parts) == 1 and parts[0][0] == "lit":
+                out.append(Token(parts[0][1], w.line))
+                continue
             for f in self.word(w):
                 out.append(f.token(w.line))
         return out
@@ -801,6 +847,45 @@ def _arith_eval(expr: str) -> int:
 
 # ----------------------------------------------------------------------------- the reader
 
+#: Commands the reader looks into (assignments, declarations, ...): the general path.
+_GENERAL = frozenset(
+    {
+        "if",
+        "then",
+        "else",
+        "elif",
+        "fi",
+        "do",
+        "done",
+        "while",
+        "until",
+        "case",
+        "esac",
+        "!",
+        "{",
+        "}",
+        "time",
+        "coproc",
+        "select",
+        "in",
+        "function",
+        "export",
+        "declare",
+        "typeset",
+        "local",
+        "readonly",
+        "unset",
+        "read",
+        "mapfile",
+        "readarray",
+        "getopts",
+        "for",
+        "set",
+        "shift",
+        "alias",
+        "eval",
+    }
+)
 _RESERVED = frozenset(
     {
         "if",
@@ -838,8 +923,22 @@ class ShellReader:
 
     # -- entry points
     def read(self, text: str, line: int = 1) -> None:
-        self.run(tokenize(text, line))
+        if _NOT_PLAIN.search(text):
+            self.run(tokenize(text, line))
+        else:
+            self._run_plain(text, line)
         self.finish_functions()
+
+    def _run_plain(self, text: str, line: int) -> None:
+        """A script of plain words only (no quotes, expansions or operators): its commands are
+        their words; only assignments and the shell's own commands take the general path."""
+        for cmd in _plain(text, line):
+            words: list[Word] = cmd.items  # type: ignore[assignment]
+            head = words[0].parts[0][1]
+            if "=" in head or head in _GENERAL or head in self.st.functions:
+                self.one(cmd, self._strip(cmd.items))
+                continue
+            self.tokens([Token(w.parts[0][1], w.line) for w in words], cmd, {})
 
     def nested(self, text: str, line: int) -> None:
         try:
@@ -1037,7 +1136,10 @@ class ShellReader:
             if toks and not any(t.unknown for t in toks):
                 self.nested(" ".join(t.text for t in toks), toks[0].line)
             return
-        tokens = self.x.words(rest)
+        self.tokens(self.x.words(rest), cmd, prefix)
+
+    def tokens(self, tokens: list[Token], cmd: Command, prefix: dict[str, EnvValue]) -> None:
+        """One command's arguments, expanded."""
         if not tokens:
             self.last = None
             return

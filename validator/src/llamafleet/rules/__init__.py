@@ -34,11 +34,17 @@ class Context:
     referenced: ReferencedFiles = NEVER
     #: programs other than llama-server that listen where a client may point (proxies)
     listeners: list[Listener] = field(default_factory=list)
+    _all: tuple[int, int, list[ServerConfig]] | None = field(default=None, repr=False)
 
     @property
     def all_servers(self) -> list[ServerConfig]:
         """Every llama-server command checked: scripts, argv, mappings and units' ExecStart."""
-        return self.servers + [u.server for u in self.units if u.server is not None]
+        cached = self._all
+        if cached is not None and cached[0] == len(self.servers) and cached[1] == len(self.units):
+            return cached[2]
+        found = self.servers + [u.server for u in self.units if u.server is not None]
+        self._all = (len(self.servers), len(self.units), found)
+        return found
 
 
 Predicate = Callable[[Context], Iterator[Hit]]

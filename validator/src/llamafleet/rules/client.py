@@ -130,6 +130,8 @@ def _all_base_urls(ctx: Context) -> Iterator[tuple[SettingsFile, str, int]]:
 @rule("CC004")
 def base_url_v1(ctx: Context) -> Iterator[Hit]:
     for sf, url, line in _all_base_urls(ctx):
+        if "/v1" not in url:
+            continue
         parts = split_url(url)
         if parts is not None and re.search(r"/v1/?$", parts.path):
             yield Hit(sf.path, line, {"base_url": url, "suggested": _strip_v1(url.strip())})
@@ -276,7 +278,7 @@ def key_over_plain_http(ctx: Context) -> Iterator[Hit]:
         v = c.base_url()
         if v is None or not isinstance(v.value, str) or not c.is_third_party():
             continue
-        parts = split_url(v.value)
+        parts = c.url_parts()
         if parts is None:
             continue
         host = parts.hostname or ""

@@ -110,10 +110,14 @@ class ClientURL:
 def client_url(c: Client) -> ClientURL | None:
     """The client's ANTHROPIC_BASE_URL split up, or None when it has none, it goes to
     Anthropic's API, or it is not an http(s) URL with a valid port."""
+    if "client_url" in c.memo:
+        found: ClientURL | None = c.memo["client_url"]
+        return found
+    c.memo["client_url"] = None
     v = c.base_url()
     if v is None or not isinstance(v.value, str) or not c.is_third_party():
         return None
-    parts = split_url(v.value)
+    parts = c.url_parts()
     if parts is None or parts.scheme not in ("http", "https"):
         return None
     try:
@@ -121,7 +125,9 @@ def client_url(c: Client) -> ClientURL | None:
     except ValueError:
         return None
     file = v.file.path if v.file else "<environment>"
-    return ClientURL(parts.scheme, parts.hostname or "", port, file, v.line, v.value)
+    found = ClientURL(parts.scheme, parts.hostname or "", port, file, v.line, v.value)
+    c.memo["client_url"] = found
+    return found
 
 
 def _client_url(c: Client) -> tuple[str, int, str, int, str] | None:

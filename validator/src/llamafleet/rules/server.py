@@ -130,8 +130,8 @@ def is_loopback(host: str) -> bool:
     h = host.strip().strip("[]")
     if h in ("localhost", "ip6-localhost", "::1") or h.endswith(".sock") or h.startswith("/"):
         return True
-    if h.startswith("127.") and h.replace(".", "").isdigit():
-        return h.count(".") == 3
+    if h[:1].isdigit() and h.replace(".", "").isdigit():
+        return h.count(".") == 3 and h.startswith("127.")  # an IPv4 address
     if not h or (h[0].isalpha() and ":" not in h):
         return False  # a host name
     import ipaddress
@@ -428,6 +428,8 @@ def invalid_value(ctx: Context) -> Iterator[Hit]:
     help_types = ctx.facts.help.cache_types if ctx.facts.help else None
     for cfg in ctx.all_servers:
         for opt in cfg.options:
+            if opt.spec is None or not (opt.spec.checked or opt.missing_value):
+                continue  # an unknown option is LS014's; a free-text value is never invalid
             why = validate_value(opt)
             if why is None:
                 continue
