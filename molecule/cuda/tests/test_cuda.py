@@ -13,9 +13,17 @@ def name(host):
     return host.backend.get_hostname()
 
 
-def source(host):
-    distro = "debian13" if host.system_info.codename == "trixie" else "debian12"
-    return f"/etc/apt/sources.list.d/cuda-{distro}-x86_64.list", distro
+SOURCE = "/etc/apt/sources.list.d/cuda-toolkit.sources"
+
+
+def distro(host):
+    """NVIDIA's name of the host's distribution."""
+    return "debian13" if host.system_info.codename == "trixie" else "debian12"
+
+
+def deb822(text):
+    """The fields of a one-stanza deb822 file."""
+    return dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
 
 
 def installed(host):
@@ -31,16 +39,21 @@ def test_keyring_and_source(host):
         pytest.skip("no toolkit on this host")
     assert host.package("cuda-keyring").is_installed
     assert host.file(KEYRING).is_file
-    path, distro = source(host)
-    line = host.file(path).content_string.strip()
-    assert line.startswith(f"deb [signed-by={KEYRING}] http://")
-    assert line.endswith(f"/compute/cuda/repos/{distro}/x86_64/ /")
+    fields = deb822(host.file(SOURCE).content_string)
+    assert fields["Types"] == "deb"
+    assert fields["Signed-By"] == KEYRING
+    assert fields["URIs"].startswith("http://")
+    assert fields["URIs"].endswith(f"/compute/cuda/repos/{distro(host)}/x86_64/")
+    assert fields["Suites"] == "/"
+    assert "Components" not in fields
+    # the one-line source that cuda-keyring installs is gone: one source for the repository
+    assert not host.file(f"/etc/apt/sources.list.d/cuda-{distro(host)}-x86_64.list").exists
     # signed-by, never apt-key
     assert not host.file("/etc/apt/trusted.gpg").exists
     assert not host.file("/etc/apt/trusted.gpg.d/cuda.gpg").exists
     # the signature is checked: apt knows the repository as trusted
     policy = host.check_output("apt-cache policy")
-    assert f"/compute/cuda/repos/{distro}/x86_64" in policy
+    assert f"/compute/cuda/repos/{distro(host)}/x86_64" in policy
 
 
 def test_toolkit_12_8_and_nvcc(host):
@@ -98,7 +111,15 @@ def test_no_gpu_host_untouched(host):
     if name(host) != "lf-cuda-nogpu":
         pytest.skip("only the no-GPU host")
     assert not host.exists("nvidia-smi")
-    for path in (ENV, PROFILE, PIN, KEYRING, "/usr/local/cuda-12.8", "/etc/apt/sources.list.d/cuda-debian12-x86_64.list"):
+    for path in (
+        ENV,
+        PROFILE,
+        PIN,
+        KEYRING,
+        "/usr/local/cuda-12.8",
+        "/etc/apt/sources.list.d/cuda-debian12-x86_64.list",
+        SOURCE,
+    ):
         assert not host.file(path).exists, path
     assert not host.package("cuda-keyring").is_installed
 
@@ -111,6 +132,5 @@ def test_broken_mirror_host(host):
     assert "release 12.9" in out
     assert not host.file(ENV).exists
     assert not host.file(PROFILE).exists
-    assert "/mirror-broken/compute/cuda/repos/debian12/x86_64/ /" in host.file(
-        "/etc/apt/sources.list.d/cuda-debian12-x86_64.list"
-    ).content_string
+    fields = deb822(host.file(SOURCE).content_string)
+    assert fields["URIs"].endswith("/mirror-broken/compute/cuda/repos/debian12/x86_64/")
