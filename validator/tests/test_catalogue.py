@@ -20,7 +20,7 @@ def test_catalogue_matches_schema() -> None:
 
 
 def test_compiled_catalogue_is_the_yaml() -> None:
-    """What `llamafleet check` loads (catalogue/_compiled.py) is rules.yaml as it is now."""
+    """What `llamafleet check` loads (catalogue/compiled.json) is rules.yaml as it is now."""
     assert compiled() == raw_catalogue(), "run `python tools/gen_docs.py` in validator/"
 
 

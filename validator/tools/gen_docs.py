@@ -10,7 +10,7 @@ edited by hand: change the catalogue or the fixtures and run, from ``validator/`
     python tools/gen_docs.py           # write the pages, docs/README.md and the compiled catalogue
     python tools/gen_docs.py --check   # exit 1 when one of them is not current (CI, make lint)
 
-The compiled catalogue (``catalogue/_compiled.py``, what ``llamafleet check`` loads) is written by
+The compiled catalogue (``catalogue/compiled.json``, what ``llamafleet check`` loads) is written by
 ``tools/gen_catalogue.py``'s code, so one command brings everything a rule has up to date.
 
 ``tests/test_docs_generated.py`` asserts every checked-in page equals the generated one.
