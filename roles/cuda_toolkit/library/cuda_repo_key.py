@@ -68,6 +68,8 @@ import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -81,7 +83,7 @@ class RepoKeyError(Exception):
     pass
 
 
-def crc24(data):
+def crc24(data: bytes) -> int:
     crc = 0xB704CE
     for byte in data:
         crc ^= byte << 16
@@ -92,11 +94,11 @@ def crc24(data):
     return crc & 0xFFFFFF
 
 
-def is_armored(data):
+def is_armored(data: bytes) -> bool:
     return data.lstrip()[:5] == b"-----"
 
 
-def dearmor(data):
+def dearmor(data: bytes) -> bytes:
     """The binary packets of an ASCII-armoured public key block (one block; CRC checked)."""
     begin = ARMOR_BEGIN.search(data)
     end = ARMOR_END.search(data, begin.end()) if begin else None
@@ -108,7 +110,8 @@ def dearmor(data):
         lines.pop(0)
     if any(":" in line for line in lines):  # armour headers (Version: ...) end at a blank line
         lines = lines[lines.index("") + 1 :] if "" in lines else []
-    body, crc = [], None
+    body: list[str] = []
+    crc: str | None = None
     for line in lines:
         if not line:
             continue
@@ -125,7 +128,7 @@ def dearmor(data):
     return raw
 
 
-def packets(raw):
+def packets(raw: bytes) -> Iterator[tuple[int, bytes]]:
     """(tag, body) of each OpenPGP packet."""
     i, n = 0, len(raw)
     while i < n:
@@ -159,7 +162,7 @@ def packets(raw):
         i += length
 
 
-def fingerprint_of(body):
+def fingerprint_of(body: bytes) -> str:
     version = body[0] if body else None
     if version == 4:
         return hashlib.sha1(b"\x99" + len(body).to_bytes(2, "big") + body).hexdigest().upper()
@@ -168,9 +171,9 @@ def fingerprint_of(body):
     raise RepoKeyError(f"OpenPGP key version {version} is not supported (4 and 6 are)")
 
 
-def primary_fingerprints(data):
+def primary_fingerprints(data: bytes) -> tuple[bytes, list[str]]:
     raw = dearmor(data) if is_armored(data) else data
-    found = []
+    found: list[str] = []
     for tag, body in packets(raw):
         if tag in (SECRET_KEY, SECRET_SUBKEY):
             raise RepoKeyError("the file holds a secret key; a keyring holds public keys only")
@@ -181,14 +184,14 @@ def primary_fingerprints(data):
     return raw, found
 
 
-def normalise(fpr):
+def normalise(fpr: str | None) -> str:
     fpr = re.sub(r"\s+", "", fpr or "").upper()
     if not re.fullmatch(r"[0-9A-F]{40}|[0-9A-F]{64}", fpr):
         raise RepoKeyError(f"the expected fingerprint must be 40 or 64 hex digits, got {fpr!r}")
     return fpr
 
 
-def read_limited(path):
+def read_limited(path: str) -> bytes:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
         data = os.read(fd, MAX_BYTES + 1)
@@ -199,7 +202,7 @@ def read_limited(path):
     return data
 
 
-def check(path, want):
+def check(path: str, want: str) -> tuple[bytes, bytes, list[str]]:
     """(raw packets, file bytes, fingerprints) of a key file holding exactly the key `want`."""
     data = read_limited(path)
     try:
@@ -217,22 +220,47 @@ def check(path, want):
     return raw, data, found
 
 
-def run(p, check_mode=False):
+def is_root_0644(path: str) -> bool:
+    st = os.lstat(path)
+    return st.st_uid == 0 and st.st_gid == 0 and st.st_mode & 0o7777 == 0o644
+
+
+def write_root_0644(dest: str, content: bytes) -> None:
+    """Write dest (root:root 0644) through a temporary file in its directory and a rename."""
+    fd, tmp = tempfile.mkstemp(prefix=".cuda-repo-key.", dir=os.path.dirname(dest))
+    is_open = True
+    try:
+        os.write(fd, content)
+        os.fchown(fd, 0, 0)
+        os.fchmod(fd, 0o644)
+        os.fsync(fd)
+        os.close(fd)
+        is_open = False
+        os.rename(tmp, dest)
+    except BaseException:
+        if is_open:
+            os.close(fd)
+        os.unlink(tmp)
+        raise
+
+
+def run(p: Mapping[str, Any], check_mode: bool = False) -> dict[str, Any]:
     want = normalise(p["fingerprint"])
-    dest = p["dest"]
+    dest: str = p["dest"]
+    src: str | None = p["src"]
     if p["state"] == "verify":
         if not os.path.lexists(dest) and check_mode:
             return {"changed": False, "fingerprints": [], "msg": f"{dest} is not there yet"}
         _, _, found = check(dest, want)
         return {"changed": False, "fingerprints": found}
-    if not p["src"]:
+    if not src:
         raise RepoKeyError("src is required with state=present")
-    if check_mode and not os.path.lexists(p["src"]):  # check mode did not download it
-        return {"changed": True, "fingerprints": [], "msg": f"{p['src']} is not downloaded yet"}
-    raw, data, found = check(p["src"], want)
+    if check_mode and not os.path.lexists(src):  # check mode did not download it
+        return {"changed": True, "fingerprints": [], "msg": f"{src} is not downloaded yet"}
+    raw, data, found = check(src, want)
     if dest.endswith(".asc"):
         if not is_armored(data):
-            raise RepoKeyError(f"{dest} ends in .asc but {p['src']} is a binary key; name it *.gpg")
+            raise RepoKeyError(f"{dest} ends in .asc but {src} is a binary key; name it *.gpg")
         content = data
     else:
         content = raw
@@ -240,29 +268,14 @@ def run(p, check_mode=False):
         current = read_limited(dest) if os.path.lexists(dest) else None
     except (OSError, RepoKeyError):
         current = None
-    st = os.lstat(dest) if current is not None else None
-    if current == content and st.st_uid == 0 and st.st_gid == 0 and st.st_mode & 0o7777 == 0o644:
+    if current == content and is_root_0644(dest):
         return {"changed": False, "fingerprints": found}
     if not check_mode:
-        ddir = os.path.dirname(dest)
-        fd, tmp = tempfile.mkstemp(prefix=".cuda-repo-key.", dir=ddir)
-        try:
-            os.write(fd, content)
-            os.fchown(fd, 0, 0)
-            os.fchmod(fd, 0o644)
-            os.fsync(fd)
-            os.close(fd)
-            fd = None
-            os.rename(tmp, dest)
-        except BaseException:
-            if fd is not None:
-                os.close(fd)
-            os.unlink(tmp)
-            raise
+        write_root_0644(dest, content)
     return {"changed": True, "fingerprints": found}
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "dest": {"type": "path", "required": True},
