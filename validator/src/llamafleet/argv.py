@@ -73,21 +73,58 @@ class Token:
     __hash__ = None  # type: ignore[assignment]
 
 
-@dataclass
 class Option:
     """One option as given: spelling, canonical name, value and where it came from."""
 
-    written: str
-    canonical: str
-    value: str | None
-    line: int
-    spec: FlagSpec | None
-    negated: bool = False
-    from_env: str | None = None  # the LLAMA_ARG_* variable it came from
-    missing_value: bool = False
-    #: the value is an expansion the validator cannot resolve (``value`` is its text as
-    #: written, e.g. ``${CTX}``): rules that need the value stay silent
-    unknown: bool = False
+    __slots__ = (
+        "canonical",
+        "from_env",
+        "line",
+        "missing_value",
+        "negated",
+        "spec",
+        "unknown",
+        "value",
+        "written",
+    )
+
+    def __init__(  # noqa: PLR0917 - the order the parser has always used
+        self,
+        written: str,
+        canonical: str,
+        value: str | None,
+        line: int,
+        spec: FlagSpec | None,
+        negated: bool = False,
+        from_env: str | None = None,
+        missing_value: bool = False,
+        unknown: bool = False,
+    ) -> None:
+        self.written = written
+        self.canonical = canonical
+        self.value = value
+        self.line = line
+        self.spec = spec
+        self.negated = negated
+        self.from_env = from_env  # the LLAMA_ARG_* variable it came from
+        self.missing_value = missing_value
+        #: the value is an expansion the validator cannot resolve (``value`` is its text as
+        #: written, e.g. ``${CTX}``): rules that need the value stay silent
+        self.unknown = unknown
+
+    def __repr__(self) -> str:
+        return (
+            f"Option({self.written!r} -> {self.canonical}, {self.value!r}, line {self.line}"
+            f"{', negated' if self.negated else ''}{', unknown' if self.unknown else ''}"
+            f"{', from ' + self.from_env if self.from_env else ''})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Option) and all(
+            getattr(self, k) == getattr(other, k) for k in self.__slots__
+        )
+
+    __hash__ = None  # type: ignore[assignment]
 
     @property
     def display(self) -> str:

@@ -6,7 +6,6 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from llamafleet.argv import ParseError, ServerConfig, parse_argv_string, parse_mapping
@@ -71,11 +70,20 @@ class Finding:
         }
 
 
-@dataclass
 class Config:
-    skip: set[str] = field(default_factory=set)
-    severity: dict[str, str] = field(default_factory=dict)
-    fail_on: str | None = None
+    """A ``.llamafleet.yaml``: rules skipped, severities changed, the exit threshold."""
+
+    __slots__ = ("fail_on", "severity", "skip")
+
+    def __init__(
+        self,
+        skip: set[str] | None = None,
+        severity: dict[str, str] | None = None,
+        fail_on: str | None = None,
+    ) -> None:
+        self.skip: set[str] = skip if skip is not None else set()
+        self.severity: dict[str, str] = severity if severity is not None else {}
+        self.fail_on = fail_on
 
 
 def load_config(path: str) -> Config:
@@ -117,21 +125,23 @@ def load_config(path: str) -> Config:
 # ----------------------------------------------------------------------------- inputs
 
 
-@dataclass
 class Inputs:
     """What is checked together. ``referenced``: which files named inside the inputs
     (``EnvironmentFile=``, ``LoadCredential=``, ``--api-key-file``) may be opened: by default
     none; ``ReferencedFiles(directory=DIR)`` looks them up as ``DIR/<basename>`` only,
     ``ReferencedFiles(as_named=True)`` opens them as named. Set it before adding files."""
 
-    referenced: ReferencedFiles = NEVER
-    servers: list[ServerConfig] = field(default_factory=list)
-    units: list[Unit] = field(default_factory=list)
-    settings: list[SettingsFile] = field(default_factory=list)
-    texts: dict[str, str] = field(default_factory=dict)
-    problems: list[Hit] = field(default_factory=list)  # LF002
-    #: proxies and other programs the inputs start that listen where a client may point
-    listeners: list[Listener] = field(default_factory=list)
+    __slots__ = ("listeners", "problems", "referenced", "servers", "settings", "texts", "units")
+
+    def __init__(self, referenced: ReferencedFiles = NEVER) -> None:
+        self.referenced = referenced
+        self.servers: list[ServerConfig] = []
+        self.units: list[Unit] = []
+        self.settings: list[SettingsFile] = []
+        self.texts: dict[str, str] = {}
+        self.problems: list[Hit] = []  # LF002
+        #: proxies and other programs the inputs start that listen where a client may point
+        self.listeners: list[Listener] = []
 
 
 def _detect(path: str, text: str) -> str:

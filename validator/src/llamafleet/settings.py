@@ -160,11 +160,18 @@ def env_settings(path: str, values: Mapping[str, Any], name: str | None = None) 
     return sf
 
 
-@dataclass
 class Value:
-    value: Any
-    file: SettingsFile | None  # None: from the process environment
-    line: int
+    """A setting or an env value as the client gets it, and where it is set."""
+
+    __slots__ = ("file", "line", "value")
+
+    def __init__(self, value: Any, file: SettingsFile | None, line: int) -> None:
+        self.value = value
+        self.file = file  # None: from the process environment
+        self.line = line
+
+    def __repr__(self) -> str:
+        return f"Value({self.value!r}, {self.file.path if self.file else None!r}, {self.line})"
 
 
 @dataclass

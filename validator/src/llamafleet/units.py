@@ -13,11 +13,27 @@ from llamafleet.argv import ParseError, ServerConfig, Token
 from llamafleet.refs import NEVER, ReferencedFiles
 
 
-@dataclass
 class UnitEntry:
-    key: str
-    value: str
-    line: int
+    """One ``Key=value`` of a unit, with its line."""
+
+    __slots__ = ("key", "line", "value")
+
+    def __init__(self, key: str, value: str, line: int) -> None:
+        self.key = key
+        self.value = value
+        self.line = line
+
+    def __repr__(self) -> str:
+        return f"UnitEntry(key={self.key!r}, value={self.value!r}, line={self.line})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, UnitEntry) and (self.key, self.value, self.line) == (
+            other.key,
+            other.value,
+            other.line,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 @dataclass

@@ -11,24 +11,42 @@ from __future__ import annotations
 import json
 import os
 import zlib
-from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-@dataclass(frozen=True)
 class RuleInfo:
-    id: str
-    name: str
-    severity: str
-    scope: str
-    message: str
-    why: str
-    fix: str
-    references: tuple[str, ...]
-    needs: tuple[str, ...] = ()
+    """A rule's catalogue entry as the engine uses it."""
+
+    __slots__ = ("fix", "id", "message", "name", "needs", "references", "scope", "severity", "why")
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        name: str,
+        severity: str,
+        scope: str,
+        message: str,
+        why: str,
+        fix: str,
+        references: tuple[str, ...],
+        needs: tuple[str, ...] = (),
+    ) -> None:
+        self.id = id
+        self.name = name
+        self.severity = severity
+        self.scope = scope
+        self.message = message
+        self.why = why
+        self.fix = fix
+        self.references = references
+        self.needs = needs
+
+    def __repr__(self) -> str:
+        return f"RuleInfo({self.id} {self.name})"
 
 
 def _text(name: str) -> str:

@@ -4,7 +4,6 @@ yields :class:`Hit` objects; the engine turns them into findings with the catalo
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from llamafleet.argv import ServerConfig
@@ -14,27 +13,76 @@ from llamafleet.refs import NEVER, ReferencedFiles
 from llamafleet.settings import Client, SettingsFile
 from llamafleet.units import Unit
 
+# Plain classes, not dataclasses: every `llamafleet check` creates them (and the classes) anew.
 
-@dataclass
+
 class Hit:
-    file: str
-    line: int
-    vars: dict[str, Any] = field(default_factory=dict)
-    severity: str | None = None  # overrides the catalogue's default
+    """What a predicate found: where, the values for the catalogue's message, and a severity
+    that overrides the catalogue's default."""
+
+    __slots__ = ("file", "line", "severity", "vars")
+
+    def __init__(
+        self,
+        file: str,
+        line: int,
+        vars: dict[str, Any] | None = None,
+        severity: str | None = None,
+    ) -> None:
+        self.file = file
+        self.line = line
+        self.vars: dict[str, Any] = vars if vars is not None else {}
+        self.severity = severity
+
+    def __repr__(self) -> str:
+        return f"Hit({self.file!r}, {self.line}, {self.vars!r}, severity={self.severity!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Hit) and (self.file, self.line, self.vars, self.severity) == (
+            other.file,
+            other.line,
+            other.vars,
+            other.severity,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@dataclass
 class Context:
-    servers: list[ServerConfig] = field(default_factory=list)
-    units: list[Unit] = field(default_factory=list)
-    settings: list[SettingsFile] = field(default_factory=list)
-    clients: list[Client] = field(default_factory=list)
-    facts: Facts = field(default_factory=Facts)
-    #: which files named inside the inputs a rule may open (default: none)
-    referenced: ReferencedFiles = NEVER
-    #: programs other than llama-server that listen where a client may point (proxies)
-    listeners: list[Listener] = field(default_factory=list)
-    _all: tuple[int, int, list[ServerConfig]] | None = field(default=None, repr=False)
+    """Everything the predicates look at: the inputs, the clients they form and the facts."""
+
+    __slots__ = (
+        "_all",
+        "clients",
+        "facts",
+        "listeners",
+        "referenced",
+        "servers",
+        "settings",
+        "units",
+    )
+
+    def __init__(
+        self,
+        *,
+        servers: list[ServerConfig] | None = None,
+        units: list[Unit] | None = None,
+        settings: list[SettingsFile] | None = None,
+        clients: list[Client] | None = None,
+        facts: Facts | None = None,
+        referenced: ReferencedFiles = NEVER,
+        listeners: list[Listener] | None = None,
+    ) -> None:
+        self.servers: list[ServerConfig] = servers if servers is not None else []
+        self.units: list[Unit] = units if units is not None else []
+        self.settings: list[SettingsFile] = settings if settings is not None else []
+        self.clients: list[Client] = clients if clients is not None else []
+        self.facts: Facts = facts if facts is not None else Facts()
+        #: which files named inside the inputs a rule may open (default: none)
+        self.referenced = referenced
+        #: programs other than llama-server that listen where a client may point (proxies)
+        self.listeners: list[Listener] = listeners if listeners is not None else []
+        self._all: tuple[int, int, list[ServerConfig]] | None = None
 
     @property
     def all_servers(self) -> list[ServerConfig]:
