@@ -138,12 +138,20 @@ class Option:
 class Refusal:
     """An argument llama-server refuses at start-up ("error: invalid argument: ...")."""
 
-    __slots__ = ("kind", "option", "token")
+    __slots__ = ("after", "kind", "option", "token")
 
-    def __init__(self, token: Token, kind: str, option: str | None = None) -> None:
+    def __init__(
+        self,
+        token: Token,
+        kind: str,
+        option: str | None = None,
+        after: Option | None = None,
+    ) -> None:
         self.token = token
         self.kind = kind  # positional | equals | joined
         self.option = option  # the option it belongs to, when known
+        #: for a positional word: the option right before it when that one takes no value
+        self.after = after
 
     def __repr__(self) -> str:
         return f"Refusal({self.token!r}, {self.kind!r})"
@@ -293,7 +301,9 @@ def parse_tokens(tokens: list[Token], cfg: ServerConfig) -> ServerConfig:
                 cfg.opaque = uncertain = True
             elif not uncertain:
                 cfg.positional.append(tok)
-                cfg.refused.append(Refusal(tok, "positional"))
+                cfg.refused.append(
+                    Refusal(tok, "positional", after=_flag_before(tokens, i, options))
+                )
             continue
         name, eq, inline = word.partition("=")
         if tok.unknown and any(c in name for c in "$%`!"):
@@ -341,6 +351,14 @@ def parse_tokens(tokens: list[Token], cfg: ServerConfig) -> ServerConfig:
             opt.value = inline
         options.append(opt)
     return cfg
+
+
+def _flag_before(tokens: list[Token], i: int, options: list[Option]) -> Option | None:
+    """The option right before ``tokens[i - 1]`` when it takes no value (``--jinja true``)."""
+    if not options or i < 2 or tokens[i - 2].text != options[-1].written:
+        return None
+    prev = options[-1]
+    return prev if prev.spec is not None and not prev.spec.takes_value else None
 
 
 def _value_is_option(

@@ -110,6 +110,6 @@ def rule(rule_id: str) -> Callable[[Predicate], Predicate]:
 
 
 def load_all() -> dict[str, Predicate]:
-    from llamafleet.rules import build, client, cross, server, unit  # noqa: F401
+    from llamafleet.rules import build, client, cross, server, start, unit  # noqa: F401
 
     return REGISTRY

@@ -12,7 +12,7 @@ from llamafleet.rules import Context, Hit, rule
 from llamafleet.rules.server import is_loopback
 from llamafleet.settings import TOKEN_KEYS, Client, SettingsFile, truthy
 from llamafleet.slots import slots
-from llamafleet.values import split_url
+from llamafleet.values import Unresolved, split_url
 
 #: Keys that only work inside "env" (prefixes).
 ENV_ONLY_PREFIXES = ("ANTHROPIC_", "CLAUDE_CODE_")
@@ -295,4 +295,57 @@ def key_over_plain_http(ctx: Context) -> Iterator[Hit]:
             file,
             line,
             {"base_url": v.value.strip(), "host": host, "key": sent[0], "https_url": https},
+        )
+
+
+#: Variables that send Claude Code to a cloud provider's API instead of ANTHROPIC_BASE_URL, with
+#: the provider and the variable that holds a gateway in front of it.
+CLOUD_PROVIDERS = (
+    ("CLAUDE_CODE_USE_BEDROCK", "Amazon Bedrock", "ANTHROPIC_BEDROCK_BASE_URL"),
+    ("CLAUDE_CODE_USE_VERTEX", "Google Vertex AI", "ANTHROPIC_VERTEX_BASE_URL"),
+    ("CLAUDE_CODE_USE_FOUNDRY", "Microsoft Foundry", "ANTHROPIC_FOUNDRY_BASE_URL"),
+)
+
+
+@rule("CC011")
+def cloud_provider_overrides_base_url(ctx: Context) -> Iterator[Hit]:
+    for c in ctx.clients:
+        if not c.is_third_party():
+            continue
+        for var, provider, gateway in CLOUD_PROVIDERS:
+            v = c.env(var)
+            if v is None or isinstance(v.value, Unresolved) or not truthy(v.value):
+                continue
+            file, line = _where(c, var)
+            yield Hit(
+                file,
+                line,
+                {
+                    "var": var,
+                    "value": str(v.value).strip(),
+                    "provider": provider,
+                    "base_url": _base(c),
+                    "gateway": gateway,
+                },
+            )
+
+
+SMALL_FAST = "ANTHROPIC_SMALL_FAST_MODEL"
+HAIKU = "ANTHROPIC_DEFAULT_HAIKU_MODEL"
+
+
+@rule("CC012")
+def small_fast_model_deprecated(ctx: Context) -> Iterator[Hit]:
+    for sf in ctx.settings:
+        env = sf.env()
+        if SMALL_FAST not in env:
+            continue
+        value = env[SMALL_FAST]
+        detail = ""
+        if HAIKU in env:
+            detail = f" ({HAIKU} is set here too, to {env[HAIKU]!r}: the old name can go)"
+        yield Hit(
+            sf.path,
+            sf.line_of("env", SMALL_FAST),
+            {"value": str(value), "detail": detail},
         )
