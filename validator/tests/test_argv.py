@@ -206,3 +206,118 @@ def test_unterminated_quote_names_the_line() -> None:
     with pytest.raises(ParseError) as err:
         parse_script("\n\nllama-server -m 'q.gguf\n", "x.sh")
     assert err.value.line == 3
+
+
+# ----------------------------------------------------------------------------- as llama.cpp reads
+
+
+@pytest.mark.parametrize(
+    ("written", "canonical"),
+    [("--top_k", "--top-k"), ("--ctx_size", "--ctx-size"), ("--no_mmap", "--mmap")],
+)
+def test_long_options_with_underscores(written: str, canonical: str) -> None:
+    """llama.cpp replaces every `_` of an argument that starts with `--` (common/arg.cpp)."""
+    cfg = parse_argv_string(f"llama-server {written} 40")
+    opt = cfg.get(canonical)
+    assert opt is not None and opt.written == written and opt.spec is not None
+
+
+def test_short_options_keep_their_underscores() -> None:
+    cfg = parse_argv_string("llama-server -ctk_x q8_0")
+    assert cfg.get("-ctk_x") is not None and cfg.get("-ctk_x").spec is None  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "value", ["on", "off", "auto", "1", "0", "-1", "true", "false", "enabled", "disabled"]
+)
+def test_flash_attn_accepts_what_its_handler_accepts(value: str) -> None:
+    from llamafleet.argv import validate_value
+
+    opt = parse_argv_string(f"llama-server -fa {value}").get("--flash-attn")
+    assert opt is not None and opt.value == value and validate_value(opt) is None
+
+
+def test_fit_takes_no_auto_and_words_are_case_sensitive() -> None:
+    from llamafleet.argv import validate_value
+
+    fit = parse_argv_string("llama-server --fit auto").get("--fit")
+    assert fit is not None and "is not one of on, off" in (validate_value(fit) or "")
+    fa = parse_argv_string("llama-server -fa ON").get("--flash-attn")
+    assert fa is not None and validate_value(fa) is not None
+
+
+@pytest.mark.parametrize("value", ["-1", "auto", "all", "99", "0"])
+def test_gpu_layers_special_values(value: str) -> None:
+    from llamafleet.argv import validate_value
+
+    opt = parse_argv_string(f"llama-server -ngl {value}").get("--gpu-layers")
+    assert opt is not None and validate_value(opt) is None
+
+
+def test_rejected_numbers_come_from_the_handlers() -> None:
+    from llamafleet.argv import validate_value
+
+    np0 = parse_argv_string("llama-server -np 0").get("--parallel")
+    assert np0 is not None and "rejected" in (validate_value(np0) or "")
+    moe = parse_argv_string("llama-server --n-cpu-moe -2").get("--n-cpu-moe")
+    assert moe is not None and "the least is 0" in (validate_value(moe) or "")
+
+
+def test_refused_arguments() -> None:
+    cfg = parse_argv_list(["llama-server", "q.gguf", "--jinja", "true", "--port=8080", "-c 4096"])
+    assert [(r.token.text, r.kind) for r in cfg.refused] == [
+        ("q.gguf", "positional"),
+        ("true", "positional"),
+        ("--port=8080", "equals"),
+        ("-c 4096", "joined"),
+    ]
+    assert cfg.refused[1].after is not None and cfg.refused[1].after.canonical == "--jinja"
+    assert cfg.int_value("--port") == 8080 and cfg.int_value("--ctx-size") == 4096
+
+
+def test_a_value_taking_option_takes_the_next_word_even_a_negative_number() -> None:
+    cfg = parse_argv_string("llama-server --cache-ram -1 -ngl -1")
+    assert cfg.value("--cache-ram") == "-1" and cfg.value("--gpu-layers") == "-1"
+    assert cfg.refused == []
+
+
+# ----------------------------------------------------------------------------- unknown values
+
+
+def test_unresolved_variables_are_unknown_not_invalid() -> None:
+    from llamafleet.argv import validate_value
+
+    cfg = parse_script('llama-server -c "$CTX" -fa ${FA} --host $(hostname -I) --port %i\n', "r.sh")
+    for name in ("--ctx-size", "--flash-attn", "--host"):
+        opt = cfg.get(name)
+        assert opt is not None and opt.unknown and validate_value(opt) is None, name
+    assert cfg.int_value("--ctx-size") is None and cfg.bool_value("--flash-attn") is None
+    assert cfg.value("--ctx-size") == "$CTX"  # the text as written
+
+
+def test_an_unquoted_expansion_makes_the_config_opaque_and_silences_stray_words() -> None:
+    cfg = parse_script("llama-server -m q.gguf $MMPROJ_ARG mmproj.gguf --port 8081\n", "r.sh")
+    assert cfg.opaque and cfg.refused == [] and cfg.int_value("--port") == 8081
+
+
+def test_a_known_unquoted_variable_splits_into_words() -> None:
+    text = 'EXTRA="--jinja --ctx-size 8192"\nllama-server -m q.gguf $EXTRA\n'
+    cfg = parse_script(text, "r.sh")
+    assert cfg.has("--jinja") and cfg.int_value("--ctx-size") == 8192 and not cfg.opaque
+    assert cfg.get("--ctx-size").line == 1  # type: ignore[union-attr]  # where it is written
+
+
+def test_a_quoted_variable_is_one_argument() -> None:
+    text = 'EXTRA="--jinja --ctx-size 8192"\nllama-server -m q.gguf "$EXTRA"\n'
+    cfg = parse_script(text, "r.sh")
+    assert [r.kind for r in cfg.refused] == ["joined"]
+
+
+def test_defaults_of_unset_variables_apply() -> None:
+    cfg = parse_script('PORT=${PORT:-8081}\nllama-server -m q.gguf --port "$PORT"\n', "r.sh")
+    assert cfg.int_value("--port") == 8081
+
+
+def test_llama_arg_no_variable_turns_an_option_off() -> None:
+    cfg = parse_script("LLAMA_ARG_NO_MMAP=1 llama-server -m q.gguf\n", "r.sh")
+    assert cfg.bool_value("--mmap") is False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from llamafleet.settings import Client, classify, group_clients, load_settings
@@ -71,3 +72,50 @@ def test_explicit_mode_is_used_instead_of_stat(tmp_path: Path) -> None:
         add_file(inputs, str(path), text, kind="settings", scope="user", mode=mode)
         ids = [f.id for f in run(inputs, only=["CC008"]).findings]
         assert ids == (["CC008"] if fired else []), mode
+
+
+def test_environment_of_a_script_is_the_lowest_precedence() -> None:
+    from llamafleet.readers.common import EnvValue
+    from llamafleet.settings import env_settings
+    from llamafleet.values import Unresolved
+
+    user = load_settings("/home/a/.claude/settings.json", '{"env": {"A": "user"}}', mode=None)
+    env = env_settings(
+        "claude.sh", {"A": EnvValue("env", 3), "B": EnvValue("$TOKEN", 4, unknown=True)}
+    )
+    (c,) = group_clients([env, user], {})
+    assert c.env("A").value == "user"  # type: ignore[union-attr]
+    b = c.env("B")
+    assert b is not None and isinstance(b.value, Unresolved) and b.line == 4
+
+
+def test_each_environment_is_a_client_with_the_user_settings() -> None:
+    from llamafleet.readers.common import EnvValue
+    from llamafleet.settings import env_settings
+
+    user = load_settings("/home/a/.claude/settings.json", '{"env": {"U": "1"}}', mode=None)
+    one = env_settings("compose.yaml", {"A": EnvValue("1", 2)}, "compose.yaml (service a)")
+    two = env_settings("compose.yaml", {"A": EnvValue("2", 9)}, "compose.yaml (service b)")
+    clients = group_clients([user, one, two], {})
+    assert [(c.name, c.env("A").value, c.env("U").value) for c in clients] == [  # type: ignore[union-attr]
+        ("compose.yaml (service a)", "1", "1"),
+        ("compose.yaml (service b)", "2", "1"),
+    ]
+
+
+def test_an_unresolved_or_invalid_base_url_is_not_third_party() -> None:
+    for url in ("${BASE}", "http://[::1:8080", "http://h:99999"):
+        sf = load_settings("s.json", json.dumps({"env": {"ANTHROPIC_BASE_URL": url}}), mode=None)
+        if url.startswith("$"):
+            from llamafleet.readers.common import EnvValue
+            from llamafleet.settings import env_settings
+
+            sf = env_settings("x.sh", {"ANTHROPIC_BASE_URL": EnvValue(url, 1, unknown=True)})
+        (c,) = group_clients([sf], {})
+        assert not c.is_third_party(), url
+
+
+def test_deep_json_is_refused_with_its_position() -> None:
+    sf = load_settings("s.json", '{"env": ' + "[" * 500 + "]" * 500 + "}", mode=None)
+    assert sf.data is None and sf.error is not None and "nested deeper than" in sf.error
+    assert sf.error_line == 1

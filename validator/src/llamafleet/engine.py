@@ -240,10 +240,19 @@ def _add(
             exec_start = unit.get("Service", "ExecStart")
             if exec_start is None:
                 raise ParseError("no [Service] section with ExecStart= (nothing to check)", 1)
-            raise ParseError(
-                f"ExecStart= runs {unit.program or exec_start.value!r}, not llama-server "
-                "(nothing to check)",
-                exec_start.line,
+            program = unit.program or exec_start.value
+            inputs.problems.append(
+                Hit(
+                    path,
+                    exec_start.line,
+                    {
+                        "detail": f"cannot read as a systemd unit: ExecStart= runs {program!r}, "
+                        "not llama-server (nothing to check here)",
+                        "hint": "Check the script it runs together with this unit (llamafleet "
+                        "check UNIT SCRIPT).",
+                        "program": os.path.basename(program.replace("\\", "/")),
+                    },
+                )
             )
     elif kind in ("cmd", "shell", "powershell", "env"):
         from llamafleet.readers import read_script
@@ -510,7 +519,10 @@ def run(
                 f"{files}: internal error in rule {rid}: {type(exc).__name__}: {exc}"
             ) from exc
     sup = scan_suppressions(inputs.texts)
+    checked = {os.path.basename(p.replace("\\", "/")) for p in inputs.texts}
     for hit in inputs.problems:
+        if hit.vars.get("program") in checked:
+            continue  # a unit that runs a script checked with it: read through the script
         if "LF002" not in skip:
             raw.append(_finding(cat["LF002"], hit, config))
     for hit in sup.unreasoned:

@@ -146,8 +146,16 @@ def _load(name: str) -> dict[str, Any]:
     return data
 
 
+#: Value sets that do not change between builds: the on/off/auto words of common_arg_utils.
+_STABLE_WORDS = frozenset((*TRUTHY, *FALSEY, *AUTOY))
+
+
 def _spec(f: Mapping[str, Any], legacy: bool) -> FlagSpec:
     values = f.get("values")
+    if values is not None and not set(values) <= _STABLE_WORDS:
+        # a list of modes (--spec-type, -sm, --pooling): newer builds add modes, so a word the
+        # table does not list is not taken as invalid (a build's --help says what it accepts)
+        values = None
     return FlagSpec(
         canonical=_canonical(f["names"]),
         names=tuple(f["names"]),

@@ -16,12 +16,25 @@ from llamafleet.refs import NEVER, ReferencedFiles
 class UnitEntry:
     """One ``Key=value`` of a unit, with its line."""
 
-    __slots__ = ("key", "line", "value")
+    __slots__ = ("key", "line", "marks", "value")
 
-    def __init__(self, key: str, value: str, line: int) -> None:
+    def __init__(
+        self, key: str, value: str, line: int, marks: tuple[tuple[int, int], ...] = ()
+    ) -> None:
         self.key = key
         self.value = value
         self.line = line
+        #: for a value continued over lines: (offset in the value, line) where each line starts
+        self.marks = marks
+
+    def line_at(self, offset: int) -> int:
+        """The line of the character at ``offset`` of the value."""
+        line = self.line
+        for off, no in self.marks:
+            if off > offset:
+                break
+            line = no
+        return line
 
     def __repr__(self) -> str:
         return f"UnitEntry(key={self.key!r}, value={self.value!r}, line={self.line})"
@@ -62,10 +75,18 @@ class Unit:
         return out
 
 
-def _logical_lines(text: str) -> list[tuple[str, int]]:
-    out: list[tuple[str, int]] = []
+def _logical_lines(text: str) -> list[tuple[str, int, list[tuple[int, int]]]]:
+    """(text, first line, (offset, line) where each continuation line starts) of each logical
+    line: lines ending in a backslash are joined (systemd.syntax(7))."""
+    out: list[tuple[str, int, list[tuple[int, int]]]] = []
     buf = ""
     start = 0
+    marks: list[tuple[int, int]] = []
+
+    def close() -> None:
+        lead = len(buf) - len(buf.lstrip())
+        out.append((buf.strip(), start, [(off - lead, no) for off, no in marks]))
+
     for no, raw in enumerate(text.splitlines(), 1):
         line = raw.rstrip()
         if not buf and (line.lstrip().startswith(("#", ";")) or not line.strip()):
@@ -74,33 +95,47 @@ def _logical_lines(text: str) -> list[tuple[str, int]]:
             continue  # a comment inside a continued line is skipped (systemd.syntax(7))
         if not buf:
             start = no
+            marks = []
+        else:
+            marks.append((len(buf), no))
         if line.endswith("\\"):
             buf += line[:-1] + " "
             continue
         buf += line
-        out.append((buf.strip(), start))
+        close()
         buf = ""
     if buf:
-        out.append((buf.strip(), start))
+        close()
     return out
 
 
 def _split(value: str, line: int) -> list[tuple[str, bool]]:
     """Split a systemd command line: (word, quoted) pairs (quotes and C escapes)."""
+    return [(w, q) for w, q, _ in _split_at(value, line)]
+
+
+_WORD = re.compile(r"\S+")
+
+
+def _split_at(value: str, line: int) -> list[tuple[str, bool, int]]:
+    """:func:`_split` with the offset where each word starts."""
     if "'" not in value and '"' not in value and "\\" not in value:
-        return [(w, False) for w in value.split()]
-    words: list[tuple[str, bool]] = []
+        return [(m.group(0), False, m.start()) for m in _WORD.finditer(value)]
+    words: list[tuple[str, bool, int]] = []
     buf: list[str] = []
     have = quoted = False
+    at = 0
     i = 0
     while i < len(value):
         ch = value[i]
         if ch in " \t":
             if have:
-                words.append(("".join(buf), quoted))
+                words.append(("".join(buf), quoted, at))
             buf, have, quoted = [], False, False
             i += 1
             continue
+        if not have:
+            at = i
         if ch in "'\"":
             q = ch
             have = quoted = True
@@ -125,7 +160,7 @@ def _split(value: str, line: int) -> list[tuple[str, bool]]:
         have = True
         i += 1
     if have:
-        words.append(("".join(buf), quoted))
+        words.append(("".join(buf), quoted, at))
     return words
 
 
@@ -198,7 +233,7 @@ def _sections(text: str, unit: Unit) -> list[Token]:
     section = ""
     last_exec: UnitEntry | None = None
     detached: list[Token] = []
-    for line, no in _logical_lines(text):
+    for line, no, marks in _logical_lines(text):
         if line.startswith("[") and line.endswith("]"):
             section = line[1:-1]
             unit.sections.setdefault(section, [])
@@ -215,7 +250,9 @@ def _sections(text: str, unit: Unit) -> list[Token]:
             raise ParseError(f"not a 'Key=value' line: {line[:60]!r}", no)
         if not section:
             raise ParseError("assignment outside of a [Section]", no)
-        entry = UnitEntry(key.strip(), value.strip(), no)
+        start = len(key) + 1 + len(value) - len(value.lstrip())
+        moved = tuple((off - start, ln) for off, ln in marks if off > start)
+        entry = UnitEntry(key.strip(), value.strip(), no, moved)
         unit.sections[section].append(entry)
         last_exec = entry if entry.key == "ExecStart" else None
     return detached
@@ -257,15 +294,18 @@ def _credentials(unit: Unit) -> dict[str, str]:
 def _exec_tokens(
     exec_start: UnitEntry, variables: dict[str, str], credentials: dict[str, str]
 ) -> list[Token]:
-    words = _split(exec_start.value, exec_start.line)
+    words = _split_at(exec_start.value, exec_start.line)
     if not words:
         return []
     prog = words[0][0].lstrip("-@:+!|")
     tokens = [Token(prog, exec_start.line)] if prog else []
     if words[0][0].lstrip("-:+!|").startswith("@") and len(words) > 1:
         words = words[1:]  # @: the next word is argv[0]
+    marked = bool(exec_start.marks)
     line = exec_start.line
-    for text_, quoted in words[1:]:
+    for text_, quoted, at in words[1:]:
+        if marked:
+            line = exec_start.line_at(at)
         if "$" in text_ or "%" in text_:
             tokens += _expand(text_, quoted, line, variables, credentials)
         else:

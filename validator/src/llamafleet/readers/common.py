@@ -167,6 +167,24 @@ def image_kind(image: str) -> str:
     return "other"
 
 
+#: Images with "llama" in their name that are not llama-server.
+_NOT_LLAMA_SERVER = ("ollama", "llama-swap", "llamafile", "llama-cpp-python", "llama_cpp_python")
+#: Options that say the arguments are llama-server's (a model to serve).
+_MODEL_OPTIONS = frozenset({"-m", "--model", "-hf", "--hf-repo", "-mu", "--model-url"})
+
+
+def runs_server_args(image: str, args: list[Token]) -> bool:
+    """Whether an image that is not a known llama.cpp image takes llama-server's arguments: its
+    name says llama (a locally built llama.cpp image) and the arguments are options that give a
+    model (``localhost/llama-vulkan -m /models/q.gguf ...``)."""
+    name = image.split("@", 1)[0].rsplit("/", 1)[-1].partition(":")[0].lower()
+    if "llama" not in name or any(n in name for n in _NOT_LLAMA_SERVER):
+        return False
+    return (
+        bool(args) and args[0].text.startswith("-") and any(a.text in _MODEL_OPTIONS for a in args)
+    )
+
+
 def image_build(image: str) -> int | None:
     tag = image.split("@", 1)[0].rsplit("/", 1)[-1].partition(":")[2]
     m = _image_patterns()[2].search(tag)
@@ -447,6 +465,8 @@ class Collector:
             argv = [Token("llama-server", run.image.line), *cmd]
         elif kind == "full" and cmd and cmd[0].text in ("--server", "-s"):
             argv = [Token("llama-server", cmd[0].line), *cmd[1:]]
+        elif kind == "other" and runs_server_args(run.image.text, cmd):
+            argv = [Token("llama-server", run.image.line), *cmd]
         else:
             argv = list(cmd)
         if not argv:

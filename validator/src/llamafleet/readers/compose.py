@@ -28,6 +28,7 @@ from llamafleet.readers.common import (
     image_kind,
     is_client_key,
     parse_port,
+    runs_server_args,
 )
 from llamafleet.safeyaml import YList, YMap
 
@@ -201,6 +202,11 @@ def _service(c: Collector, name: str, svc: dict[str, Any], line: int, lines: _Li
         argv = [Token("llama-server", image_line), *cmd]
     elif kind == "full" and cmd and cmd[0].text in ("--server", "-s"):
         argv = [Token("llama-server", cmd[0].line), *cmd[1:]]
+    elif kind == "other" and runs_server_args(image_text, cmd):
+        argv = [Token("llama-server", image_line), *cmd]
+    elif not cmd and any(k.startswith("LLAMA_ARG_") for k in env):
+        # configured through LLAMA_ARG_* only: the image runs llama-server by itself
+        argv = [Token("llama-server", image_line)]
     else:
         argv = list(cmd)
     before = len(c.result.servers)

@@ -517,6 +517,16 @@ class _Unknown:
 UNKNOWN = _Unknown()
 
 
+class _Partial:
+    """A variable whose text is known in part (``/media/$USER/bin/llama-server``): its text as
+    written, with the unknown parts as they were written."""
+
+    __slots__ = ("pieces",)
+
+    def __init__(self, pieces: list[Piece]) -> None:
+        self.pieces = pieces
+
+
 class Field:
     """One argument an expansion gives, as pieces with their lines."""
 
@@ -585,7 +595,9 @@ class Expander:
         self.st = state
 
     # -- one expansion
-    def resolve(self, exp: str, line: int) -> list[Piece] | list[list[Piece]] | _Unknown | None:
+    def resolve(
+        self, exp: str, line: int
+    ) -> list[Piece] | list[list[Piece]] | _Unknown | _Partial | None:
         """A scalar (pieces), an array (fields of pieces: ``"$@"``, ``"${A[@]}"``), UNKNOWN, or
         None when unset (empty)."""
         if exp.startswith("`") or exp.startswith("$(("):
@@ -601,7 +613,7 @@ class Expander:
         length, name, index, op = m.groups()
         if length:
             val = self._param(name, index or "", "", line)
-            if isinstance(val, _Unknown):
+            if isinstance(val, (_Unknown, _Partial)):
                 return UNKNOWN
             if val is None:
                 return [("0", line)]
@@ -612,9 +624,9 @@ class Expander:
 
     def _param(
         self, name: str, index: str, op: str, line: int
-    ) -> list[Piece] | list[list[Piece]] | _Unknown | None:
+    ) -> list[Piece] | list[list[Piece]] | _Unknown | _Partial | None:
         st = self.st
-        value: list[Piece] | list[list[Piece]] | _Unknown | None
+        value: list[Piece] | list[list[Piece]] | _Unknown | _Partial | None
         set_ = True
         if name in ("@", "*"):
             if st.positional is None:
@@ -644,7 +656,7 @@ class Expander:
             if var is None:
                 value, set_ = UNKNOWN, False  # from the environment, or unset
             elif var.unknown:
-                value = UNKNOWN
+                value = _Partial(var.pieces) if var.pieces else UNKNOWN
             elif var.array is not None:
                 if index:
                     key = index[1:-1]
@@ -667,11 +679,11 @@ class Expander:
             return UNKNOWN if value is not None else None
         colon, kind, word = m.groups()
         empty = value is None or (
-            not isinstance(value, _Unknown) and not any(p[0] for p in _flat(value))
+            not isinstance(value, (_Unknown, _Partial)) and not any(p[0] for p in _flat(value))
         )
         unset = (not set_) or value is None
         use_default = unset or (colon and empty)
-        if isinstance(value, _Unknown) and set_:
+        if isinstance(value, (_Unknown, _Partial)) and set_:
             use_default = False
         if kind in ("-", "="):
             if use_default:
@@ -683,10 +695,10 @@ class Expander:
                 return pieces
             return value
         if kind == "+":
-            if isinstance(value, _Unknown):
+            if isinstance(value, (_Unknown, _Partial)):
                 return UNKNOWN
             return None if use_default else self.expand_text(word, line)
-        return UNKNOWN if use_default or isinstance(value, _Unknown) else value
+        return UNKNOWN if use_default or isinstance(value, (_Unknown, _Partial)) else value
 
     def _arith(self, exp: str, line: int) -> list[Piece] | _Unknown:
         body = exp[3:-2]
@@ -715,7 +727,7 @@ class Expander:
                 pieces.append((text, line))
                 continue
             val = self.resolve(text, line)
-            if isinstance(val, _Unknown):
+            if isinstance(val, (_Unknown, _Partial)):
                 return UNKNOWN
             if val:
                 pieces += _flat(val)
@@ -744,6 +756,13 @@ class Expander:
                     cur.split = True
                 have = True
                 continue
+            if isinstance(val, _Partial):
+                # known text around unknown parts: split as known, every field of it unknown
+                first = len(fields)
+                cur.unknown = True
+                val = val.pieces
+            else:
+                first = -1
             if val is None:
                 have = have or quoted
                 continue
@@ -780,6 +799,10 @@ class Expander:
                 fields.append(cur)
                 cur = Field()
                 have = False
+            if first >= 0:
+                for f in fields[first:]:
+                    f.unknown = True
+                cur.unknown = cur.unknown or bool(cur.pieces)
         if have or cur.pieces:
             fields.append(cur)
         return fields
@@ -1196,6 +1219,9 @@ class ShellReader:
             val = self.x.resolve(text, w.line)
             if isinstance(val, _Unknown):
                 pieces.append((text, w.line))
+                unknown = True
+            elif isinstance(val, _Partial):
+                pieces += val.pieces
                 unknown = True
             elif val:
                 pieces += _flat(val)

@@ -12,7 +12,7 @@ from llamafleet.rules import Context, Hit, rule
 from llamafleet.rules.server import is_loopback
 from llamafleet.settings import TOKEN_KEYS, Client, SettingsFile, truthy
 from llamafleet.slots import slots
-from llamafleet.values import Unresolved, split_url
+from llamafleet.values import Unresolved, is_unresolved, split_url, url_problem
 
 #: Keys that only work inside "env" (prefixes).
 ENV_ONLY_PREFIXES = ("ANTHROPIC_", "CLAUDE_CODE_")
@@ -207,6 +207,19 @@ def settings_invalid(ctx: Context) -> Iterator[Hit]:
                         "hint": f'Give "{key}" a value of type {want}.',
                     },
                 )
+        url = sf.env().get("ANTHROPIC_BASE_URL")
+        problem = url_problem(url) if isinstance(url, str) and not is_unresolved(url) else None
+        if problem is not None:
+            yield Hit(
+                sf.path,
+                sf.line_of("env", "ANTHROPIC_BASE_URL"),
+                {
+                    "detail": f"ANTHROPIC_BASE_URL {url!r} {problem}: Claude Code cannot send a "
+                    "request",
+                    "hint": "Give the server's root URL, e.g. http://127.0.0.1:8080 (a literal "
+                    "IPv6 address in brackets: http://[::1]:8080).",
+                },
+            )
         for k, v in sf.env().items():
             if not isinstance(v, str):
                 yield Hit(
@@ -282,7 +295,8 @@ def key_over_plain_http(ctx: Context) -> Iterator[Hit]:
         if parts is None:
             continue
         host = parts.hostname or ""
-        if parts.scheme != "http" or not host or is_loopback(host):
+        if parts.scheme != "http" or not host or is_loopback(host) or host in ("0.0.0.0", "::"):
+            # (a connection to 0.0.0.0 or :: reaches this host)
             continue
         sent = [k for k in TOKEN_KEYS if (t := c.env(k)) is not None and str(t.value).strip()]
         if not sent and c.setting("apiKeyHelper") is not None:

@@ -39,8 +39,15 @@ def runs_as_root(ctx: Context) -> Iterator[Hit]:
         dynamic = u.get("Service", "DynamicUser")
         if dynamic is not None and dynamic.value.lower() in ("yes", "true", "1", "on"):
             continue
-        if user is None or user.value in ("root", "0"):
+        if user is None or user.value in ("root", "0") or not _valid_user(user.value):
             yield Hit(u.path, user.line if user else u.server.line, {})
+
+
+def _valid_user(name: str) -> bool:
+    """Whether systemd takes ``User=`` as written: a "#" after the value is part of it (only a
+    line that starts with "#" is a comment), and a name with white space is refused ("Invalid
+    user/group name or numeric ID, ignoring"): the service then runs as root."""
+    return not any(c.isspace() for c in name.strip())
 
 
 @rule("SD003")
