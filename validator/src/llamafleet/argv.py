@@ -185,6 +185,8 @@ class ServerConfig:
     _index: dict[str, Option] = field(default_factory=dict, repr=False)
     _indexed: int = field(default=-1, repr=False)
     _ints: dict[str, int | None] = field(default_factory=dict, repr=False)
+    #: values rules compute once per server (its addresses, ...)
+    memo: dict[str, Any] = field(default_factory=dict, repr=False)
 
     # -- lookups (the last occurrence wins, as in llama.cpp; argv wins over LLAMA_ARG_*) --
     def _reindex(self) -> dict[str, Option]:
@@ -296,7 +298,7 @@ def parse_tokens(tokens: list[Token], cfg: ServerConfig) -> ServerConfig:
             # an unresolved unquoted expansion: zero or more arguments, options among them maybe
             cfg.opaque = uncertain = True
             continue
-        if not _is_option(word):
+        if word[:1] != "-" or not _is_option(word):
             if tok.unknown:
                 cfg.opaque = uncertain = True
             elif not uncertain:
@@ -305,14 +307,17 @@ def parse_tokens(tokens: list[Token], cfg: ServerConfig) -> ServerConfig:
                     Refusal(tok, "positional", after=_flag_before(tokens, i, options))
                 )
             continue
-        name, eq, inline = word.partition("=")
+        if "=" in word:
+            name, eq, inline = word.partition("=")
+        else:
+            name, eq, inline = word, "", ""
         if tok.unknown and any(c in name for c in "$%`!"):
             # the option's own name is not known (``--$FLAG``): it may be anything
             cfg.opaque = uncertain = True
             continue
         uncertain = False
         joined = False
-        if not eq and (" " in word or "\t" in word):
+        if not eq and (" " in word or "\t" in word) and word.strip():
             # one argument holding an option and its value ("--port 8080" in a YAML list)
             name, _, rest = word.strip().partition(" ")
             inline = rest.strip()
@@ -335,21 +340,54 @@ def parse_tokens(tokens: list[Token], cfg: ServerConfig) -> ServerConfig:
             options.append(Option(name, name, value, tok.line, None, unknown=unknown_value))
             continue
         spec, negated = found
-        opt = Option(name, spec.canonical, None, tok.line, spec, negated=negated)
         if spec.takes_value and not negated:
             if eq or joined:
-                opt.value = inline
-                opt.unknown = tok.unknown
-            elif i < n and not _value_is_option(spec, tokens[i], by_name):
+                options.append(
+                    Option(
+                        name,
+                        spec.canonical,
+                        inline,
+                        tok.line,
+                        spec,
+                        False,
+                        None,
+                        False,
+                        tok.unknown,
+                    )
+                )
+                continue
+            if i < n:
                 nxt = tokens[i]
-                opt.value = nxt.text
-                opt.unknown = nxt.unknown or nxt.split
-                i += 1
-            else:
-                opt.missing_value = True
-        elif eq or joined:
-            opt.value = inline
-        options.append(opt)
+                w = nxt.text
+                if (
+                    nxt.split
+                    or w[:1] != "-"
+                    or not _is_option(w)
+                    or (spec.values is not None and w in spec.values)
+                    or not (w in by_name or w.partition("=")[0] in by_name or w[:2] == "--")
+                ):
+                    i += 1
+                    options.append(
+                        Option(
+                            name,
+                            spec.canonical,
+                            w,
+                            tok.line,
+                            spec,
+                            False,
+                            None,
+                            False,
+                            nxt.unknown or nxt.split,
+                        )
+                    )
+                    continue
+            options.append(Option(name, spec.canonical, None, tok.line, spec, False, None, True))
+            continue
+        options.append(
+            Option(
+                name, spec.canonical, inline if (eq or joined) else None, tok.line, spec, negated
+            )
+        )
     return cfg
 
 
@@ -578,6 +616,8 @@ def validate_value(opt: Option) -> str | None:
             return None
         return f"{opt.written} {v!r} is not one of {', '.join(_shown(spec.values))}"
     if spec.kind == "int":
+        if v.isdigit() and not spec.rejects and spec.min_value is None:
+            return None
         if v in spec.special:
             return None
         if not v.isdigit() and not _INTEGER.fullmatch(v.strip()):

@@ -35,20 +35,67 @@ class ConfigError(InputError):
 
 
 class Finding:
-    """One finding: a rule's id and text, where it is and its fix."""
+    """One finding: a rule's id and text, where it is and its fix. The message and the fix are
+    filled in from the catalogue's templates when first read."""
 
-    __slots__ = ("file", "fix", "id", "line", "message", "name", "severity")
+    __slots__ = (
+        "_fix",
+        "_message",
+        "_templates",
+        "_vars",
+        "file",
+        "id",
+        "line",
+        "name",
+        "severity",
+    )
 
     def __init__(
-        self, *, id: str, name: str, severity: str, message: str, file: str, line: int, fix: str
+        self,
+        *,
+        id: str,
+        name: str,
+        severity: str,
+        file: str,
+        line: int,
+        message: str | None = None,
+        fix: str | None = None,
+        templates: tuple[str, str] = ("", ""),
+        values: Mapping[str, Any] | None = None,
     ) -> None:
         self.id = id
         self.name = name
         self.severity = severity
-        self.message = message
         self.file = file
         self.line = line
-        self.fix = fix
+        self._message = message
+        self._fix = fix
+        self._templates = templates
+        self._vars = values
+
+    @property
+    def message(self) -> str:
+        if self._message is None:
+            self._message = _fill(self._templates[0], self._vars)
+        return self._message
+
+    @property
+    def fix(self) -> str:
+        if self._fix is None:
+            self._fix = _fill(self._templates[1], self._vars)
+        return self._fix
+
+    def key(self) -> tuple[Any, ...]:
+        """What makes two findings the same (its rule, place and values)."""
+        if self._message is None and self._vars is not None:
+            key = (self.id, self.file, self.line, *self._vars.values())
+            try:
+                hash(key)
+            except TypeError:
+                pass
+            else:
+                return key
+        return (self.id, self.file, self.line, self.message)
 
     def __repr__(self) -> str:
         return f"Finding({self.id} {self.file}:{self.line} {self.message!r})"
@@ -459,17 +506,21 @@ class Result:
 
 
 def _finding(info: RuleInfo, hit: Hit, config: Config) -> Finding:
-    severity = config.severity.get(info.id) or hit.severity or info.severity
-    values = _Blank(hit.vars)
     return Finding(
         id=info.id,
         name=info.name,
-        severity=severity,
-        message=_fmt(info.message, values) if "{" in info.message else info.message,
+        severity=config.severity.get(info.id) or hit.severity or info.severity,
         file=hit.file,
         line=hit.line,
-        fix=_fmt(info.fix, values) if "{" in info.fix else info.fix,
+        templates=(info.message, info.fix),
+        values=hit.vars,
     )
+
+
+def _fill(template: str, values: Mapping[str, Any] | None) -> str:
+    if "{" not in template:
+        return template
+    return _fmt(template, _Blank(values or {}))
 
 
 _PLAN: list[tuple[str, RuleInfo, Any]] = []
@@ -532,9 +583,9 @@ def run(
         kept = [f for f in raw if f.id == "LF001" or not sup.covers(f)]
     else:
         kept = raw
-    unique: dict[tuple[str, str, int, str], Finding] = {}
+    unique: dict[tuple[Any, ...], Finding] = {}
     for f in kept:
-        unique.setdefault((f.id, f.file, f.line, f.message), f)
+        unique.setdefault(f.key(), f)
     findings = list(unique.values())
     findings.sort(key=lambda f: (f.file, f.line, RANK[f.severity], f.id))
     return Result(findings=findings, suppressed=len(raw) - len(kept), files=len(inputs.texts))

@@ -84,6 +84,9 @@ def _logical_lines(text: str) -> list[tuple[str, int, list[tuple[int, int]]]]:
     marks: list[tuple[int, int]] = []
 
     def close() -> None:
+        if not marks:
+            out.append((buf.strip(), start, marks))
+            return
         lead = len(buf) - len(buf.lstrip())
         out.append((buf.strip(), start, [(off - lead, no) for off, no in marks]))
 
@@ -250,9 +253,12 @@ def _sections(text: str, unit: Unit) -> list[Token]:
             raise ParseError(f"not a 'Key=value' line: {line[:60]!r}", no)
         if not section:
             raise ParseError("assignment outside of a [Section]", no)
-        start = len(key) + 1 + len(value) - len(value.lstrip())
-        moved = tuple((off - start, ln) for off, ln in marks if off > start)
-        entry = UnitEntry(key.strip(), value.strip(), no, moved)
+        if marks:
+            start = len(key) + 1 + len(value) - len(value.lstrip())
+            moved = tuple((off - start, ln) for off, ln in marks if off > start)
+            entry = UnitEntry(key.strip(), value.strip(), no, moved)
+        else:
+            entry = UnitEntry(key.strip(), value.strip(), no)
         unit.sections[section].append(entry)
         last_exec = entry if entry.key == "ExecStart" else None
     return detached

@@ -35,14 +35,16 @@ def url_problem(url: str) -> str | None:
     text = url.strip()
     if not text:
         return None
-    try:
-        parts = urlsplit(text)
-    except ValueError as exc:
-        return f"is not a valid URL ({exc})"
-    try:
-        parts.port  # noqa: B018
-    except ValueError as exc:
-        return f"has an invalid port ({exc})"
+    parts = split_url(text)
+    if parts is None:
+        try:
+            parts = urlsplit(text)
+        except ValueError as exc:
+            return f"is not a valid URL ({exc})"
+        try:
+            parts.port  # noqa: B018
+        except ValueError as exc:
+            return f"has an invalid port ({exc})"
     if parts.scheme not in ("http", "https"):
         return "does not start with http:// or https://"
     if not parts.hostname:

@@ -320,7 +320,7 @@ class Collector:
         source: str | None = None,
     ) -> ServerConfig | None:
         """Record the llama-server of ``words`` (the program first)."""
-        if any(w.text in NOT_SERVING for w in words[1:]):
+        if not NOT_SERVING.isdisjoint([w.text for w in words]):
             return None  # prints its version/help and exits
         cfg = ServerConfig(
             path=self.path,

@@ -225,10 +225,11 @@ def _ansi(body: str) -> str:
 _NOT_PLAIN = re.compile(r"['\"`$;&|()<>]|\\(?!\r?\n)")
 
 
-def _plain(text: str, line: int) -> list[Command]:
-    """:func:`tokenize` for text of plain words only (most llama-server scripts): split lines."""
-    commands: list[Command] = []
-    items: list[Item] = []
+def _plain_tokens(text: str, line: int) -> list[tuple[list[Token], int, str]]:
+    """Commands of a text of plain words only (most llama-server scripts): (arguments, first
+    line, what ended it), split at the lines that do not end in a backslash."""
+    commands: list[tuple[list[Token], int, str]] = []
+    items: list[Token] = []
     cmd_line = line
     for raw in text.split("\n"):
         body = raw.rstrip("\r")
@@ -240,14 +241,22 @@ def _plain(text: str, line: int) -> list[Command]:
                 break
             if not items:
                 cmd_line = line
-            items.append(Word([("lit", w, False)], line))
+            items.append(Token(w, line))
         if not cont and items:
-            commands.append(Command(items, cmd_line, "\n"))
+            commands.append((items, cmd_line, "\n"))
             items = []
         line += 1
     if items:
-        commands.append(Command(items, cmd_line, ""))
+        commands.append((items, cmd_line, ""))
     return commands
+
+
+def _plain(text: str, line: int) -> list[Command]:
+    """:func:`tokenize` for text of plain words only."""
+    return [
+        Command([Word([("lit", t.text, False)], t.line) for t in toks], cmd_line, end)
+        for toks, cmd_line, end in _plain_tokens(text, line)
+    ]
 
 
 def tokenize(text: str, line: int = 1) -> list[Command]:
@@ -955,13 +964,14 @@ class ShellReader:
     def _run_plain(self, text: str, line: int) -> None:
         """A script of plain words only (no quotes, expansions or operators): its commands are
         their words; only assignments and the shell's own commands take the general path."""
-        for cmd in _plain(text, line):
-            words: list[Word] = cmd.items  # type: ignore[assignment]
-            head = words[0].parts[0][1]
+        for toks, cmd_line, end in _plain_tokens(text, line):
+            head = toks[0].text
             if "=" in head or head in _GENERAL or head in self.st.functions:
-                self.one(cmd, self._strip(cmd.items))
+                items: list[Item] = [Word([("lit", t.text, False)], t.line) for t in toks]
+                cmd = Command(items, cmd_line, end)
+                self.one(cmd, self._strip(items))
                 continue
-            self.tokens([Token(w.parts[0][1], w.line) for w in words], cmd, {})
+            self.tokens(toks, Command([], cmd_line, end), {})
 
     def nested(self, text: str, line: int) -> None:
         try:

@@ -30,11 +30,17 @@ def server_address(cfg: ServerConfig) -> tuple[str, int]:
 def _addresses(cfg: ServerConfig) -> list[tuple[str, int]]:
     """Where a client reaches the server: its --host/--port, or for one in a container the host
     ports published for its port and its names on the container network."""
+    found: list[tuple[str, int]] | None = cfg.memo.get("addresses")
+    if found is not None:
+        return found
     host, port = server_address(cfg)
     if cfg.published is None:
-        return [(host, port)]
-    out = [(h or "0.0.0.0", hp) for h, hp, cp in cfg.published if cp == port]
-    return out + [(name, port) for name in cfg.names]
+        found = [(host, port)]
+    else:
+        found = [(h or "0.0.0.0", hp) for h, hp, cp in cfg.published if cp == port]
+        found += [(name, port) for name in cfg.names]
+    cfg.memo["addresses"] = found
+    return found
 
 
 def _matches(url_host: str, url_port: int, cfg: ServerConfig) -> bool:
