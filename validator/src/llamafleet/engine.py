@@ -570,7 +570,7 @@ def run(
                 f"{files}: internal error in rule {rid}: {type(exc).__name__}: {exc}"
             ) from exc
     sup = scan_suppressions(inputs.texts)
-    checked = {os.path.basename(p.replace("\\", "/")) for p in inputs.texts}
+    checked = {os.path.basename(p.replace("\\", "/")) for p in inputs.texts if inputs.problems}
     for hit in inputs.problems:
         if hit.vars.get("program") in checked:
             continue  # a unit that runs a script checked with it: read through the script

@@ -21,6 +21,7 @@ from urllib.parse import SplitResult
 from llamafleet.values import Unresolved, split_url
 
 SCOPES = ("managed", "local", "project", "user", "env")  # highest precedence first
+_COLON = re.compile(r"\s*:")
 #: Deepest nesting of a settings file accepted (Claude Code's settings are 3-4 levels deep).
 MAX_DEPTH = 100
 ANTHROPIC_HOSTS = ("api.anthropic.com",)
@@ -47,10 +48,12 @@ class SettingsFile:
             return self._lines[keys]
         if self.scope == "env":
             return self._lines.get((), 1)
+        if "\n" not in self.text:
+            return 1  # one line (json.dumps without indent)
         pos = 0
         for key in keys:
             idx = self.text.find(f'"{key}"', pos)
-            while idx >= 0 and not self.text[idx + len(key) + 2 :].lstrip().startswith(":"):
+            while idx >= 0 and not _COLON.match(self.text, idx + len(key) + 2):
                 idx = self.text.find(f'"{key}"', idx + 1)
             if idx < 0:
                 break

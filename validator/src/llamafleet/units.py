@@ -300,6 +300,15 @@ def _credentials(unit: Unit) -> dict[str, str]:
 def _exec_tokens(
     exec_start: UnitEntry, variables: dict[str, str], credentials: dict[str, str]
 ) -> list[Token]:
+    value = exec_start.value
+    if not exec_start.marks and not any(c in value for c in "'\"\\$%@"):
+        # plain words on one line (most units): the words are the arguments
+        words = value.split()
+        if not words:
+            return []
+        line = exec_start.line
+        prog = words[0].lstrip("-:+!|")
+        return [Token(w, line) for w in ([prog] if prog else []) + words[1:]]
     words = _split_at(exec_start.value, exec_start.line)
     if not words:
         return []

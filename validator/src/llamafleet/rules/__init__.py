@@ -52,7 +52,7 @@ class Context:
     """Everything the predicates look at: the inputs, the clients they form and the facts."""
 
     __slots__ = (
-        "_all",
+        "all_servers",
         "clients",
         "facts",
         "listeners",
@@ -82,17 +82,11 @@ class Context:
         self.referenced = referenced
         #: programs other than llama-server that listen where a client may point (proxies)
         self.listeners: list[Listener] = listeners if listeners is not None else []
-        self._all: tuple[int, int, list[ServerConfig]] | None = None
-
-    @property
-    def all_servers(self) -> list[ServerConfig]:
-        """Every llama-server command checked: scripts, argv, mappings and units' ExecStart."""
-        cached = self._all
-        if cached is not None and cached[0] == len(self.servers) and cached[1] == len(self.units):
-            return cached[2]
-        found = self.servers + [u.server for u in self.units if u.server is not None]
-        self._all = (len(self.servers), len(self.units), found)
-        return found
+        #: every llama-server command checked: scripts, argv, mappings and units' ExecStart
+        #: (of the servers and units given here)
+        self.all_servers: list[ServerConfig] = self.servers + [
+            u.server for u in self.units if u.server is not None
+        ]
 
 
 Predicate = Callable[[Context], Iterator[Hit]]

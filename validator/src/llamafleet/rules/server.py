@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from llamafleet.argv import Option, ServerConfig, validate_value
@@ -126,6 +127,7 @@ def cache_reuse_zero(ctx: Context) -> Iterator[Hit]:
             yield Hit(cfg.path, opt.line, {"option": opt.display})
 
 
+@lru_cache(maxsize=512)
 def is_loopback(host: str) -> bool:
     h = host.strip().strip("[]")
     if h in ("localhost", "ip6-localhost", "::1") or h.endswith(".sock") or h.startswith("/"):
