@@ -505,16 +505,22 @@ class Result:
         self.files = files
 
 
+_new_finding = object.__new__
+
+
 def _finding(info: RuleInfo, hit: Hit, config: Config) -> Finding:
-    return Finding(
-        id=info.id,
-        name=info.name,
-        severity=config.severity.get(info.id) or hit.severity or info.severity,
-        file=hit.file,
-        line=hit.line,
-        templates=(info.message, info.fix),
-        values=hit.vars,
-    )
+    # (Finding's constructor without its keyword arguments: one per finding of every run)
+    f: Finding = _new_finding(Finding)
+    f.id = info.id
+    f.name = info.name
+    f.severity = config.severity.get(info.id) or hit.severity or info.severity
+    f.file = hit.file
+    f.line = hit.line
+    f._message = None
+    f._fix = None
+    f._templates = info.templates
+    f._vars = hit.vars
+    return f
 
 
 def _fill(template: str, values: Mapping[str, Any] | None) -> str:

@@ -237,13 +237,13 @@ def _sections(text: str, unit: Unit) -> list[Token]:
     last_exec: UnitEntry | None = None
     detached: list[Token] = []
     for line, no, marks in _logical_lines(text):
-        if line.startswith("[") and line.endswith("]"):
+        if line[0] == "[" and line[-1] == "]":
             section = line[1:-1]
             unit.sections.setdefault(section, [])
             unit.headers.append((section, no))
             last_exec = None
             continue
-        if section == "Service" and last_exec is not None and line.startswith("-"):
+        if last_exec is not None and line[0] == "-" and section == "Service":
             # options cut off from ExecStart= (a missing \\): systemd says "Missing '='" and
             # ignores the line
             detached.append(Token(re.split(r"[\s=]", line, maxsplit=1)[0], no))
@@ -258,7 +258,7 @@ def _sections(text: str, unit: Unit) -> list[Token]:
             moved = tuple((off - start, ln) for off, ln in marks if off > start)
             entry = UnitEntry(key.strip(), value.strip(), no, moved)
         else:
-            entry = UnitEntry(key.strip(), value.strip(), no)
+            entry = UnitEntry(key.rstrip(), value.strip(), no)
         unit.sections[section].append(entry)
         last_exec = entry if entry.key == "ExecStart" else None
     return detached
@@ -303,12 +303,12 @@ def _exec_tokens(
     value = exec_start.value
     if not exec_start.marks and not any(c in value for c in "'\"\\$%@"):
         # plain words on one line (most units): the words are the arguments
-        words = value.split()
-        if not words:
+        plain = value.split()
+        if not plain:
             return []
         line = exec_start.line
-        prog = words[0].lstrip("-:+!|")
-        return [Token(w, line) for w in ([prog] if prog else []) + words[1:]]
+        prog = plain[0].lstrip("-:+!|")
+        return [Token(w, line) for w in ([prog] if prog else []) + plain[1:]]
     words = _split_at(exec_start.value, exec_start.line)
     if not words:
         return []

@@ -20,7 +20,18 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 class RuleInfo:
     """A rule's catalogue entry as the engine uses it."""
 
-    __slots__ = ("fix", "id", "message", "name", "needs", "references", "scope", "severity", "why")
+    __slots__ = (
+        "fix",
+        "id",
+        "message",
+        "name",
+        "needs",
+        "references",
+        "scope",
+        "severity",
+        "templates",
+        "why",
+    )
 
     def __init__(
         self,
@@ -44,6 +55,8 @@ class RuleInfo:
         self.fix = fix
         self.references = references
         self.needs = needs
+        #: (message, fix): the texts a finding fills in
+        self.templates = (message, fix)
 
     def __repr__(self) -> str:
         return f"RuleInfo({self.id} {self.name})"
