@@ -276,9 +276,10 @@ _is_server_binary = is_server_binary  # the former private name
 
 def _is_option(word: str) -> bool:
     """Whether an argument is an option (``-x``, ``--xx``) and not a number like ``-1``."""
-    if word[:1] != "-" or word in {"-", "--"}:
+    second = word[1:2]
+    if word[:1] != "-" or not second or word == "--":
         return False
-    return not (word[1:2].isdigit() or word[1:2] == ".") or not _NUMBER.fullmatch(word)
+    return second.isalpha() or second == "-" or not _NUMBER.fullmatch(word)
 
 
 def parse_tokens(tokens: list[Token], cfg: ServerConfig) -> ServerConfig:

@@ -63,7 +63,10 @@ class SettingsFile:
         return line
 
     def env(self) -> dict[str, Any]:
-        env = (self.data or {}).get("env")
+        data = self.data
+        if data is None:
+            return {}
+        env = data.get("env")
         return env if isinstance(env, dict) else {}
 
 

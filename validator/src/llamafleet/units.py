@@ -237,6 +237,8 @@ def _sections(text: str, unit: Unit) -> list[Token]:
     last_exec: UnitEntry | None = None
     detached: list[Token] = []
     for line, no, marks in _logical_lines(text):
+        if not line:
+            continue  # a lone continuation
         if line[0] == "[" and line[-1] == "]":
             section = line[1:-1]
             unit.sections.setdefault(section, [])
