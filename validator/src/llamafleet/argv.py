@@ -183,7 +183,7 @@ class ServerConfig:
     #: the llama.cpp build number the file itself names (a release archive, an image tag)
     build: int | None = None
     _index: dict[str, Option] = field(default_factory=dict, repr=False)
-    _indexed: int = field(default=-1, repr=False)
+    _indexed: int = field(default=0, repr=False)
     _ints: dict[str, int | None] = field(default_factory=dict, repr=False)
     #: values rules compute once per server (its addresses, ...)
     memo: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -288,6 +288,8 @@ def parse_tokens(tokens: list[Token], cfg: ServerConfig) -> ServerConfig:
     t = table()
     by_name = t.by_name
     options = cfg.options
+    indexed = cfg._indexed == len(options)  # the index is current: keep it so
+    first = len(options)
     i = 0
     n = len(tokens)
     uncertain = False  # after an expansion that may hold options: a bare word may be a value
@@ -389,6 +391,12 @@ def parse_tokens(tokens: list[Token], cfg: ServerConfig) -> ServerConfig:
                 name, spec.canonical, inline if (eq or joined) else None, tok.line, spec, negated
             )
         )
+    if indexed:  # the command line's options win over what the index holds (the environment)
+        index = cfg._index
+        for opt in options[first:]:
+            index[opt.canonical] = opt
+        cfg._indexed = len(options)
+        cfg._ints.clear()
     return cfg
 
 
@@ -421,6 +429,8 @@ def apply_env(
     on/off option off, as llama.cpp reads it."""
     t = table()
     unresolved = set(unknown)
+    indexed = cfg._indexed == len(cfg.options)
+    first = len(cfg.options)
     for key, (val, line) in env.items():
         cfg.env[key] = (val, line)
         spec = t.by_env.get(key)
@@ -452,6 +462,14 @@ def apply_env(
                 unknown=is_unknown and spec.takes_value,
             )
         )
+    if indexed:  # an environment variable never wins over the command line
+        index = cfg._index
+        for opt in cfg.options[first:]:
+            held = index.get(opt.canonical)
+            if held is None or held.from_env is not None:
+                index[opt.canonical] = opt
+        cfg._indexed = len(cfg.options)
+        cfg._ints.clear()
 
 
 def parse_argv_string(text: str, path: str = "<argv>") -> ServerConfig:

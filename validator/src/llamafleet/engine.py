@@ -550,18 +550,28 @@ def run(
     only: Iterable[str] | None = None,
 ) -> Result:
     config = config or Config()
-    facts = facts or Facts()
-    cat = catalogue()
     ctx = Context(
         servers=inputs.servers,
         units=inputs.units,
         settings=inputs.settings,
         clients=group_clients(inputs.settings, process_env or {}),
-        facts=facts,
+        facts=facts or Facts(),
         referenced=inputs.referenced,
         listeners=inputs.listeners,
     )
-    wanted = set(only) if only is not None else None
+    raw = _run_rules(ctx, inputs, config, set(only) if only is not None else None)
+    sup = scan_suppressions(inputs.texts)
+    raw += _own_findings(inputs, sup, config)
+    if sup.lines or sup.files:
+        kept = [f for f in raw if f.id == "LF001" or not sup.covers(f)]
+    else:
+        kept = raw
+    return Result(findings=_unique(kept), suppressed=len(raw) - len(kept), files=len(inputs.texts))
+
+
+def _run_rules(
+    ctx: Context, inputs: Inputs, config: Config, wanted: set[str] | None
+) -> list[Finding]:
     skip = config.skip
     raw: list[Finding] = []
     for rid, info, pred in _plan():
@@ -575,26 +585,37 @@ def run(
             raise InternalError(
                 f"{files}: internal error in rule {rid}: {type(exc).__name__}: {exc}"
             ) from exc
-    sup = scan_suppressions(inputs.texts)
+    return raw
+
+
+def _own_findings(inputs: Inputs, sup: Suppressions, config: Config) -> list[Finding]:
+    """LF002 for what could not be read, LF001 for suppressions without a reason."""
+    cat = catalogue()
+    out: list[Finding] = []
     checked = {os.path.basename(p.replace("\\", "/")) for p in inputs.texts if inputs.problems}
     for hit in inputs.problems:
         if hit.vars.get("program") in checked:
             continue  # a unit that runs a script checked with it: read through the script
-        if "LF002" not in skip:
-            raw.append(_finding(cat["LF002"], hit, config))
+        if "LF002" not in config.skip:
+            out.append(_finding(cat["LF002"], hit, config))
     for hit in sup.unreasoned:
-        if "LF001" not in skip:
-            raw.append(_finding(cat["LF001"], hit, config))
-    if sup.lines or sup.files:
-        kept = [f for f in raw if f.id == "LF001" or not sup.covers(f)]
+        if "LF001" not in config.skip:
+            out.append(_finding(cat["LF001"], hit, config))
+    return out
+
+
+def _unique(kept: list[Finding]) -> list[Finding]:
+    """The findings without duplicates, sorted by file, line, severity and id."""
+    places = {(f.id, f.file, f.line) for f in kept}
+    if len(places) == len(kept):
+        findings = list(kept)  # no two at one place: no duplicates
     else:
-        kept = raw
-    unique: dict[tuple[Any, ...], Finding] = {}
-    for f in kept:
-        unique.setdefault(f.key(), f)
-    findings = list(unique.values())
+        unique: dict[tuple[Any, ...], Finding] = {}
+        for f in kept:
+            unique.setdefault(f.key(), f)
+        findings = list(unique.values())
     findings.sort(key=lambda f: (f.file, f.line, RANK[f.severity], f.id))
-    return Result(findings=findings, suppressed=len(raw) - len(kept), files=len(inputs.texts))
+    return findings
 
 
 def exit_code(result: Result, fail_on: str) -> int:
