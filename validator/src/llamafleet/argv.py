@@ -265,7 +265,7 @@ _SERVER_SUFFIXES = (".sh", ".cmd", ".bat", ".ps1", ".py", ".service", ".log", ".
 
 def is_server_binary(word: str) -> bool:
     """Whether ``word`` names llama-server (a path, ``llama-server.exe``, the old ``server``)."""
-    base = re.split(r"[\\/]", word.strip("\"'"))[-1].lower()
+    base = word.strip("\"'").rpartition("/")[2].rpartition("\\")[2].lower()
     return base in ("llama-server", "llama-server.exe", "server", "server.exe") or (
         base.startswith("llama-server") and not base.endswith(_SERVER_SUFFIXES)
     )

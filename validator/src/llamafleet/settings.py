@@ -22,6 +22,7 @@ from llamafleet.values import Unresolved, split_url
 
 SCOPES = ("managed", "local", "project", "user", "env")  # highest precedence first
 _COLON = re.compile(r"\s*:")
+_RANK = {s: i for i, s in enumerate(SCOPES)}
 #: Deepest nesting of a settings file accepted (Claude Code's settings are 3-4 levels deep).
 MAX_DEPTH = 100
 ANTHROPIC_HOSTS = ("api.anthropic.com",)
@@ -196,9 +197,8 @@ class Client:
     def ordered(self) -> list[SettingsFile]:
         """Valid files from highest to lowest precedence."""
         if self._ordered is None:
-            rank = {s: i for i, s in enumerate(SCOPES)}
             self._ordered = sorted(
-                (f for f in self.files if f.data is not None), key=lambda f: rank[f.scope]
+                (f for f in self.files if f.data is not None), key=lambda f: _RANK[f.scope]
             )
         return self._ordered
 

@@ -22,9 +22,13 @@ DEFAULT_PORT = 8080
 
 
 def server_address(cfg: ServerConfig) -> tuple[str, int]:
-    host = cfg.value("--host") or DEFAULT_HOST
-    port = cfg.int_value("--port") or DEFAULT_PORT
-    return host, port
+    found: tuple[str, int] | None = cfg.memo.get("address")
+    if found is None:
+        found = cfg.memo["address"] = (
+            cfg.value("--host") or DEFAULT_HOST,
+            cfg.int_value("--port") or DEFAULT_PORT,
+        )
+    return found
 
 
 def _addresses(cfg: ServerConfig) -> list[tuple[str, int]]:

@@ -120,10 +120,17 @@ def _hit(u: Unit, e: UnitEntry, detail: str) -> Hit:
     )
 
 
+_PREFIX_CHARS = frozenset("-@:+!|")
+#: The [Service] keys _weakened looks at.
+_WEAKENED_KEYS = frozenset(
+    {"PrivateDevices", "User", "CapabilityBoundingSet", *_BOOL_PROTECTIONS, *_LEVELS}
+)
+
+
 def _privileged_exec(u: Unit) -> Iterator[Hit]:
     for entries in u.sections.values():
         for e in entries:
-            if e.key not in EXEC_KEYS:
+            if e.key not in EXEC_KEYS or e.value[:1] not in _PREFIX_CHARS:
                 continue
             prefix = _EXEC_PREFIX.match(e.value)
             flags = prefix.group(0) if prefix else ""
@@ -172,6 +179,8 @@ def _weakened(u: Unit) -> Iterator[Hit]:
     user: UnitEntry | None = None
     empty_caps: UnitEntry | None = None
     for e in u.sections.get("Service", []):
+        if e.key not in _WEAKENED_KEYS:
+            continue
         value = e.value.strip().lower()
         if e.key in _BOOL_PROTECTIONS or e.key == "PrivateDevices":
             if value not in _FALSE:
