@@ -20,6 +20,17 @@ if TYPE_CHECKING:
 # Imports of the check machinery (catalogue, YAML, the planner) happen inside the commands that
 # need them, so each command loads only what it uses.
 
+CHECK_EPILOG = """\
+Every llama-server command of a file is checked (wrappers, functions, commands kept in variables
+or arrays, sh -c, docker/podman run, Compose services), each at its own lines. A value set
+outside the file ($VAR, ${VAR}, $(...), systemd's %i) is unknown: never invalid, and rules that
+need it stay silent. Inputs: regular files of at most 2 MiB, in any encoding (UTF-8, UTF-16,
+Windows-1252); YAML and JSON nested at most 100 deep, YAML aliases expanding to at most 200,000
+nodes. A file in which nothing can be read is reported (LF002).
+
+exit status: 0 no finding at --fail-on (default: error), 1 findings, 2 bad usage or an input
+that cannot be read, 3 an internal error (one line naming the file)."""
+
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
@@ -30,7 +41,7 @@ class UsageError(Exception):
     pass
 
 
-class _Formatter(argparse.HelpFormatter):
+class _Formatter(argparse.RawDescriptionHelpFormatter):
     """argparse's formatter, sized from COLUMNS or the terminal without importing shutil (which
     argparse loads for every parser it builds: a few ms of every run)."""
 
@@ -291,7 +302,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         formatter_class=_Formatter,
         prog="llamafleet",
-        description="Check llama-server flags, systemd units and Claude Code settings against "
+        description="Check llama-server flags, systemd units and Claude Code settings against\n"
         "known pitfalls; plan GPU memory.",
     )
     p.add_argument("--version", action="version", version=f"llamafleet {__version__}")
@@ -301,9 +312,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "check",
         formatter_class=_Formatter,
         help="check files for pitfalls",
-        description="Check llama-server scripts (.sh, .cmd), systemd units, "
-        "instance variables (YAML/JSON) and Claude Code settings. "
-        "Raw llama-server flags can follow --.",
+        description="Check llama-server scripts (.sh, .cmd/.bat, .ps1), systemd units, Docker\n"
+        "Compose files, instance variables (YAML/JSON) and Claude Code settings or the\n"
+        "environment a script exports for it. Raw llama-server flags can follow --.",
+        epilog=CHECK_EPILOG,
     )
     c.add_argument("files", nargs="*", help="files to check (kind detected from name/content)")
     c.add_argument("--user-settings", action="append", metavar="FILE")
