@@ -663,6 +663,22 @@ def test_check_skip_and_config(check: ModuleType, tmp_path: Path) -> None:
     assert configured["findings"] == skipped["findings"]
 
 
+def test_check_reads_the_settings_mode(check: ModuleType) -> None:
+    """CC008 (a key others may read) needs the file's permission bits on its host."""
+
+    def cc008(mode: Any) -> list[dict[str, Any]]:
+        sf = {"path": "/home/a/.claude/settings.json", "text": _settings("k"), "mode": mode}
+        (found,) = check.check_items([{"name": "a", "settings": [sf]}])
+        return [f for f in found["findings"] if f["id"] == "CC008"]
+
+    assert cc008(None) == [] and cc008(0o600) == [] and cc008("0600") == []
+    assert len(cc008(0o644)) == 1 and cc008("0644") == cc008(0o644)
+    assert "0644" in cc008("644")[0]["message"]
+    for bad in ("rw-r--r--", 0o17777, True):
+        with pytest.raises(check.CheckError, match="mode"):
+            cc008(bad)
+
+
 @pytest.mark.parametrize(
     ("items", "kw", "message"),
     [

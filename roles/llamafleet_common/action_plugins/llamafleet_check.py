@@ -15,7 +15,7 @@ refusal.
             facts: {...}            # the shape of a facts file, every fact inline
             files: {PATH: TEXT}     # files the texts name (a key file, a chat template), in memory
             settings:               # Claude Code settings checked with the text (cross-file rules)
-              - {path: /home/a/.claude/settings.json, text: "...", scope: user}
+              - {path: /home/a/.claude/settings.json, text: "...", scope: user, mode: "0600"}
         fail_on: error              # error | warning | info
         config: ""                  # a .llamafleet.yaml on the controller; "" = the nearest one
                                     # from the directory ansible-playbook runs in (see the README)
@@ -23,7 +23,9 @@ refusal.
         hint: ""                    # appended to the refusal (how to suppress a deliberate choice)
         written: false              # true: the texts are already on the host (the refusal says so)
 
-An item needs ``text`` or ``settings`` (or both). Returns ``checks`` (per item: name, path,
+An item needs ``text`` or ``settings`` (or both). A settings entry's ``mode`` is the file's
+permission bits on its host (an int, or an octal string such as "0644"; absent or null: unknown,
+and CC008, a key readable by others, stays silent). Returns ``checks`` (per item: name, path,
 findings, suppressed, refused; not ``results``, which Ansible reserves for loops), ``refused``
 (whether any item was) and ``config`` (the file read, or null). Check mode changes nothing here:
 the check runs the same.
@@ -106,8 +108,8 @@ def _check_item(item: Any, config: Any, fail_on: str) -> dict[str, Any]:
         if text is not None:
             add_file(inputs, path, text, kind=kind, mode=None)
         for sf in settings:
-            scope, where = _settings_entry(name, sf)
-            add_file(inputs, where, sf["text"], kind="settings", scope=scope, mode=None)
+            scope, where, mode = _settings_entry(name, sf)
+            add_file(inputs, where, sf["text"], kind="settings", scope=scope, mode=mode)
         result = run(inputs, facts, config)
     except InputError as exc:
         raise CheckError(f"item {name}: {exc}") from exc
@@ -145,15 +147,33 @@ def _item_parts(item: Any) -> tuple[str, str | None, list[Any], str | None, Mapp
     return name, text, settings, kind, facts_map
 
 
-def _settings_entry(name: str, sf: Any) -> tuple[str, str]:
-    """(scope, path) of one settings entry of item `name`, checked."""
+def _settings_entry(name: str, sf: Any) -> tuple[str, str, int | None]:
+    """(scope, path, mode) of one settings entry of item `name`, checked."""
     if not isinstance(sf, Mapping) or not isinstance(sf.get("text"), str):
         raise CheckError(f"item {name}: each settings entry needs a text")
     scope = sf.get("scope") or "user"
     if scope not in _SCOPES:
         known_scopes = ", ".join(sorted(_SCOPES))
         raise CheckError(f"item {name}: settings scope {scope!r}: one of {known_scopes}")
-    return scope, str(sf.get("path") or f"{scope} settings")
+    where = str(sf.get("path") or f"{scope} settings")
+    return scope, where, _mode(sf.get("mode"), f"item {name}: {where}")
+
+
+def _mode(value: Any, where: str) -> int | None:
+    """A settings file's permission bits: an int, an octal string ("0644"), or None (unknown)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise CheckError(f"{where}: mode {value!r} is not a file mode")
+    try:
+        mode = value if isinstance(value, int) else int(str(value).strip(), 8)
+    except ValueError:
+        raise CheckError(
+            f"{where}: mode {value!r} is not an octal file mode such as 0600"
+        ) from None
+    if not 0 <= mode <= 0o7777:
+        raise CheckError(f"{where}: mode {value!r} is out of range (0000 to 7777)")
+    return mode
 
 
 def refusal(
