@@ -1,8 +1,8 @@
 """Filters every llamafleet role shares: what kind of address a llama-server listens on, decided by
-the validator's own classifier (llamafleet.rules.server.is_loopback, the one the rules LS007,
-CC010 and the cross-file checks use), and the decisions that follow from it: where the host's own
-requests go, whether an instance serves TLS, the names of its certificate, the networks its unit
-lets in."""
+the validator's own classifier (llamafleet.rules.server: address_kind, is_loopback and the
+wildcard addresses, the ones the rules LS007, CC010 and the cross-file checks use), and the
+decisions that follow from it: where the host's own requests go, whether an instance serves TLS,
+the names of its certificate, the networks its unit lets in."""
 
 from __future__ import annotations
 
@@ -14,17 +14,11 @@ from ansible.errors import AnsibleFilterError
 
 try:
     from llamafleet.rules.cross import DEFAULT_HOST
-    from llamafleet.rules.server import is_loopback
+    from llamafleet.rules.server import address_kind as _address_kind
 except ImportError as exc:  # pragma: no cover - reported when a filter is used
     _IMPORT_ERROR: ImportError | None = exc
 else:
     _IMPORT_ERROR = None
-
-#: The wildcard addresses: llama-server listens on every address of the host (the validator's
-#: cross-file checks treat them so: any address of the host reaches the server).
-ANY_ADDRESSES = ("0.0.0.0", "::", "[::]")
-#: The kinds llamafleet_address_kind returns.
-KINDS = ("loopback", "socket", "any", "address")
 
 
 def _need_llamafleet() -> None:
@@ -36,26 +30,11 @@ def _need_llamafleet() -> None:
 
 
 def address_kind(host: Any) -> str:
-    """What a llama-server ``--host`` (or a client's server address) is:
-
-    * ``socket``: a Unix socket path (llama-server listens on a socket when the value ends in
-      ``.sock``);
-    * ``loopback``: 127.0.0.0/8, ::1 (bracketed or not), localhost, or empty/None (llama-server's
-      default, 127.0.0.1);
-    * ``any``: 0.0.0.0 or :: (every address of the host);
-    * ``address``: anything else (an address or name other hosts may reach).
-    """
+    """What a llama-server ``--host`` (or a client's server address) is: ``socket``,
+    ``loopback`` (the default too), ``any`` (0.0.0.0, ::) or ``address``, as the validator's
+    cross-file checks see it (llamafleet.rules.server.address_kind)."""
     _need_llamafleet()
-    text = "" if host is None else str(host).strip()
-    if not text:
-        text = DEFAULT_HOST
-    if text.endswith(".sock"):
-        return "socket"
-    if text in ANY_ADDRESSES:
-        return "any"
-    if is_loopback(text):
-        return "loopback"
-    return "address"
+    return _address_kind(None if host is None else str(host))
 
 
 def connect_host(host: Any) -> str:

@@ -12,7 +12,7 @@ from llamafleet.gguf_meta import ModelFacts
 from llamafleet.refs import NEVER, ReferencedFiles
 from llamafleet.rules import Context, Hit, rule
 from llamafleet.rules.client import _where
-from llamafleet.rules.server import is_loopback
+from llamafleet.rules.server import is_any_address, is_loopback
 from llamafleet.settings import Client, truthy
 from llamafleet.slots import SlotContext, request_context
 from llamafleet.values import split_url
@@ -51,7 +51,7 @@ def _matches(url_host: str, url_port: int, cfg: ServerConfig) -> bool:
     for host, port in _addresses(cfg):
         if url_port != port:
             continue
-        if host in ("0.0.0.0", "::", "[::]"):
+        if is_any_address(host):
             return True  # listens everywhere: any address of the host reaches it
         if is_loopback(host) and is_loopback(url_host):
             return True
@@ -84,7 +84,7 @@ def behind_proxy(ctx: Context, url: ClientURL) -> bool:
         if lst.port != url.port:
             continue
         h = lst.host.strip("[]").lower()
-        if h in ("0.0.0.0", "::", "", url.host) or (is_loopback(h) and is_loopback(url.host)):
+        if h in ("", url.host) or is_any_address(h) or (is_loopback(h) and is_loopback(url.host)):
             return True
     parts = split_url(url.value)
     if parts is not None and parts.path.strip("/"):
@@ -181,7 +181,7 @@ def client_server_mismatch(ctx: Context) -> Iterator[Hit]:
             yield Hit(file, line, {"base_url": base, "servers": listed, "remedy": remedy})
             continue
         h, _ = server_address(servers[0])
-        if h in ("0.0.0.0", "::"):
+        if is_any_address(h):
             h = host
         if not is_loopback(host) and all(is_loopback(server_address(s)[0]) for s in servers):
             # a client on another machine cannot reach a loopback-only server at any URL

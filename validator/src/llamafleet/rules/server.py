@@ -144,6 +144,38 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+#: The wildcard addresses of --host: llama-server listens on every address of the host, so any
+#: address of the host reaches it (and a connection to one reaches the host itself).
+ANY_ADDRESSES = frozenset({"0.0.0.0", "::", "[::]"})
+#: What :func:`address_kind` returns.
+ADDRESS_KINDS = ("loopback", "socket", "any", "address")
+
+
+def is_any_address(host: str) -> bool:
+    """Whether ``host`` (a --host value or a URL's host) is a wildcard address: 0.0.0.0 or ::."""
+    return host.strip() in ANY_ADDRESSES
+
+
+def address_kind(host: str | None) -> str:
+    """What a llama-server ``--host`` (or a client's server address) is, one of
+    :data:`ADDRESS_KINDS`:
+
+    * ``socket``: a Unix socket path (llama-server listens on a socket when the value ends in
+      ``.sock``);
+    * ``loopback``: 127.0.0.0/8, ::1 (bracketed or not), localhost, or empty/None (llama-server's
+      default, 127.0.0.1);
+    * ``any``: 0.0.0.0 or :: (every address of the host);
+    * ``address``: anything else (an address or name other hosts may reach)."""
+    text = (host or "").strip()
+    if not text:
+        return "loopback"
+    if text.endswith(".sock"):
+        return "socket"
+    if is_any_address(text):
+        return "any"
+    return "loopback" if is_loopback(text) else "address"
+
+
 def has_api_key(cfg: ServerConfig) -> bool:
     return any(cfg.value(k) for k in ("--api-key", "--api-key-file")) or bool(
         cfg.env.get("LLAMA_API_KEY")
