@@ -6,7 +6,7 @@ rollout.yml: which configured directories lack free space (`llamafleet_short_of_
 audit.yml, per host: the users whose settings are read (`llamafleet_audit_users`), the server each
 user's Claude Code talks to (`llamafleet_audit_fleet`, `llamafleet_audit_clients`), the items of the
 one `llamafleet_check` task (`llamafleet_audit_items`: each unit with its facts; each user's
-settings with the managed settings and the units of their server) and the host's part of the report
+settings with the managed settings and every unit of their server) and the host's part of the report
 (`llamafleet_audit_host_report`); for the fleet: the report (`llamafleet_audit_report`) and what
 `audit_fail_on` fails on (`llamafleet_audit_failing`).
 
@@ -373,33 +373,15 @@ def _client_name(n: int) -> str:
     return f"client-{n}"
 
 
-def _reached_unit(url: str, units: list[dict[str, str]]) -> dict[str, str] | None:
-    """Of a server's units, the one a base URL's port reaches, else the first (the check then
-    says the URL reaches none); None for a server without units."""
-    from urllib.parse import urlsplit
-
-    if not units:
-        return None
-    try:
-        parts = urlsplit(url)
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        return units[0]
-    read = _units_plugin().llamafleet_unit_server
-    for u in units:
-        if read(u["text"], u["path"]).get("port") == port:
-            return u
-    return units[0]
-
-
 def llamafleet_audit_items(
     seen: Mapping[str, Any], fleet: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
     """The items of the host's ``llamafleet_check``: each unit (named by its file) with the host's
     facts, then each user's settings (named ``client-N``) checked together with the managed
-    settings and the unit of the server their base URL names (the unit whose port the URL has,
-    else the server's first, as ``SERVER:/etc/systemd/system/UNIT``). Every file keeps its own
-    path, so findings name the file on its host."""
+    settings and every unit of the server their base URL names (``texts``, each as
+    ``SERVER:/etc/systemd/system/UNIT``): the cross-file rules match the URL's address and port
+    to the unit it reaches, or report that none does. Every file keeps its own path, so findings
+    name the file on its host."""
     items: list[dict[str, Any]] = []
     facts = llamafleet_audit_facts(seen)
     for unit, unit_facts in zip(_results(seen.get("units")), facts, strict=True):
@@ -434,13 +416,16 @@ def llamafleet_audit_items(
         server = str(c.get("server") or "")
         # a loopback URL: this host's own units, in the llama_servers group or not
         units = own if server == host else (fleet.get(server) or {}).get("units") or []
-        unit = _reached_unit(str(c.get("base_url") or ""), units)
-        if unit is not None:
-            item.update(
-                path=f"{server}:{UNIT_DIR}/{_basename(unit['path'])}",
-                text=unit["text"],
-                kind="unit",
-            )
+        if units:
+            # every unit of the server: the check finds the one the URL reaches (or says none does)
+            item["texts"] = [
+                {
+                    "path": f"{server}:{UNIT_DIR}/{_basename(str(u['path']))}",
+                    "text": str(u["text"]),
+                    "kind": "unit",
+                }
+                for u in units
+            ]
         items.append(item)
     return items
 

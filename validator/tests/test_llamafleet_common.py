@@ -20,7 +20,8 @@ import pytest
 from conftest import load_ansible_plugin, run_cli
 from llamafleet import planner
 from llamafleet.gguf_meta import load_model_meta
-from llamafleet.rules.server import is_loopback
+from llamafleet.preflight import check_items, refusal
+from llamafleet.rules.server import ANY_ADDRESSES, is_loopback
 
 REPO = Path(__file__).resolve().parents[2]
 COMMON = REPO / "roles" / "llamafleet_common"
@@ -37,11 +38,6 @@ def gpu() -> ModuleType:
 @pytest.fixture(scope="module")
 def filters() -> ModuleType:
     return load_ansible_plugin(COMMON / "filter_plugins" / "llamafleet_common.py")
-
-
-@pytest.fixture(scope="module")
-def check() -> ModuleType:
-    return load_ansible_plugin(COMMON / "action_plugins" / "llamafleet_check.py")
 
 
 @pytest.fixture(scope="module")
@@ -488,6 +484,14 @@ def test_address_kind(filters: ModuleType, host: Any, kind: str) -> None:
     # the validator's own loopback test decides: what it calls loopback is loopback or a socket
     if host:
         assert (kind in ("loopback", "socket")) == is_loopback(host)
+    # the validator's wildcard addresses, the ones its cross-file rules treat as every address
+    assert (kind == "any") == (host in ANY_ADDRESSES)
+
+
+def test_every_wildcard_address_of_the_validator_is_any(filters: ModuleType) -> None:
+    assert {"0.0.0.0", "::", "[::]"} == ANY_ADDRESSES
+    assert {filters.address_kind(h) for h in ANY_ADDRESSES} == {"any"}
+    assert filters.address_kind(" 0.0.0.0 ") == "any"
 
 
 @pytest.mark.parametrize(
@@ -624,7 +628,7 @@ def test_check_item_with_the_managed_file(claude: ModuleType) -> None:
     ],
 )
 def test_check_compares_keys_in_memory(
-    check: ModuleType, claude: ModuleType, sent: str, keys: dict[str, str], want: str | None
+    claude: ModuleType, sent: str, keys: dict[str, str], want: str | None
 ) -> None:
     alice = _target()
     item = claude.check_item(
@@ -634,16 +638,16 @@ def test_check_compares_keys_in_memory(
         keys,
         False,
     )
-    (checked,) = check.check_items([item], "error", None, ["CC010"])
-    xc002 = [f for f in checked["findings"] if f["id"] == "XC002"]
+    (checked,) = check_items([item], "error", None, ["CC010"])
+    xc002 = [f for f in checked.findings if f["id"] == "XC002"]
     if want is None:
         assert xc002 == [], xc002
     else:
         assert len(xc002) == 1 and want in xc002[0]["message"]
         assert xc002[0]["file"] == "/home/alice/.claude/settings.json"
         assert "gpu1:/etc/systemd/system/llama-server-main.service" in xc002[0]["message"]
-        assert checked["refused"] is True
-        msg = check.refusal([checked], "the Claude Code settings of", written=True)
+        assert checked.refused is True
+        msg = refusal([checked], "the Claude Code settings of", written=True)
         assert msg.startswith(
             "llamafleet check refused the Claude Code settings of alice (as written on the host"
         )
@@ -651,53 +655,12 @@ def test_check_compares_keys_in_memory(
         assert "k-alice" not in msg and "k-instance" not in msg
 
 
-def test_check_skip_and_config(check: ModuleType, tmp_path: Path) -> None:
-    item = {"name": "alice", "settings": [{"path": "s.json", "text": _settings("k")}]}
-    (found,) = check.check_items([item])
-    assert "CC010" in {f["id"] for f in found["findings"]}  # plain http beyond loopback
-    (skipped,) = check.check_items([item], skip=["CC010"])
-    assert "CC010" not in {f["id"] for f in skipped["findings"]}
-    config = tmp_path / ".llamafleet.yaml"
-    config.write_text("skip: [CC010]\n")
-    (configured,) = check.check_items([item], config_path=str(config))
-    assert configured["findings"] == skipped["findings"]
-
-
-def test_check_reads_the_settings_mode(check: ModuleType) -> None:
-    """CC008 (a key others may read) needs the file's permission bits on its host."""
-
-    def cc008(mode: Any) -> list[dict[str, Any]]:
-        sf = {"path": "/home/a/.claude/settings.json", "text": _settings("k"), "mode": mode}
-        (found,) = check.check_items([{"name": "a", "settings": [sf]}])
-        return [f for f in found["findings"] if f["id"] == "CC008"]
-
-    assert cc008(None) == [] and cc008(0o600) == [] and cc008("0600") == []
-    assert len(cc008(0o644)) == 1 and cc008("0644") == cc008(0o644)
-    assert "0644" in cc008("644")[0]["message"]
-    for bad in ("rw-r--r--", 0o17777, True):
-        with pytest.raises(check.CheckError, match="mode"):
-            cc008(bad)
-
-
-@pytest.mark.parametrize(
-    ("items", "kw", "message"),
-    [
-        ({"name": "x"}, {}, "items must be a list"),
-        ([{"name": "x"}], {}, "no text to check"),
-        ([{"name": "x", "text": "a", "extra": 1}], {}, "unknown key"),
-        ([{"name": "x", "text": "a", "kind": "yaml"}], {}, "kind 'yaml'"),
-        ([{"name": "x", "settings": [{"text": "{}", "scope": "global"}]}], {}, "scope 'global'"),
-        ([{"name": "x", "text": "a", "files": {"p": 1}}], {}, "files must map paths"),
-        ([{"name": "x", "text": "a", "facts": {"help_file": "/x"}}], {}, "name files"),
-        ([{"name": "x", "text": "a"}], {"fail_on": "fatal"}, "fail_on 'fatal'"),
-        ([{"name": "x", "text": "a"}], {"skip": ["ZZ999"]}, "ZZ999"),
-    ],
-)
-def test_check_refuses_bad_input(
-    check: ModuleType, items: Any, kw: dict[str, Any], message: str
-) -> None:
-    with pytest.raises(check.CheckError, match=message):
-        check.check_items(items, **kw)
+def test_the_check_plugin_has_no_checker_of_its_own() -> None:
+    """The plugin calls the validator's check_items and refusal: one implementation of each."""
+    source = (COMMON / "action_plugins" / "llamafleet_check.py").read_text()
+    assert "from llamafleet.preflight import PreflightError, check_items, refusal" in source
+    for name in ("check_items", "check_texts", "refusal", "_check_item", "_settings_entry"):
+        assert f"def {name}(" not in source, name
 
 
 def test_every_role_depends_on_the_common_role() -> None:

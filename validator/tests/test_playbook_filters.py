@@ -361,9 +361,13 @@ def test_audit_items_check_each_unit_and_each_users_settings_with_their_server()
     assert unit["facts"]["gpu"]["vram_mib"] == 16376
     assert client == {
         "name": "client-0",
-        "path": "srv-1:/etc/systemd/system/llama-server-main.service",
-        "text": LOOPBACK_UNIT,
-        "kind": "unit",
+        "texts": [
+            {
+                "path": "srv-1:/etc/systemd/system/llama-server-main.service",
+                "text": LOOPBACK_UNIT,
+                "kind": "unit",
+            }
+        ],
         "settings": [
             {
                 "path": "/home/ops/.claude/settings.json",
@@ -382,33 +386,50 @@ def test_audit_items_check_each_unit_and_each_users_settings_with_their_server()
     # a loopback URL on a host outside llama_servers: its own units, not the fleet's
     own = _seen(host="ws-1", clients=[{**_seen()["clients"][0], "server": "ws-1"}])
     mine = _f("llamafleet_audit_items")(own, fleet)[1]
-    assert (mine["path"], mine["text"]) == (
-        "ws-1:/etc/systemd/system/llama-server-main.service",
-        LOOPBACK_UNIT,
-    )
+    assert [(t["path"], t["text"]) for t in mine["texts"]] == [
+        ("ws-1:/etc/systemd/system/llama-server-main.service", LOOPBACK_UNIT)
+    ]
     # a user whose URL names no known server: the settings alone
     lost = _seen(clients=[{**_seen()["clients"][0], "server": ""}])
-    assert "text" not in _f("llamafleet_audit_items")(lost, fleet)[1]
+    assert "texts" not in _f("llamafleet_audit_items")(lost, fleet)[1]
 
 
-def test_audit_items_pick_the_unit_the_url_port_reaches() -> None:
-    units = [
-        {"path": "/etc/systemd/system/llama-server-a.service", "text": LOOPBACK_UNIT},
-        {"path": "/etc/systemd/system/llama-server-b.service", "text": ANY_UNIT},
-    ]
-    reached = _load_fleet()._reached_unit
-    assert reached("https://srv1:8081", units)["path"].endswith("-b.service")
-    assert reached("http://srv1:8080", units)["path"].endswith("-a.service")
-    assert reached("http://srv1:9999", units)["path"].endswith("-a.service")
-    assert reached("http://srv1:8081", []) is None
+def _two_unit_fleet() -> dict[str, Any]:
+    """srv-1 with two units: main on 127.0.0.1:8080 and b on 0.0.0.0:8081 (with a key)."""
+    units = {
+        "results": [
+            _unit_read("llama-server-main.service", LOOPBACK_UNIT),
+            _unit_read("llama-server-b.service", ANY_UNIT),
+        ]
+    }
+    hostvars = {**FLEET_HOSTVARS, "srv-1": {**FLEET_HOSTVARS["srv-1"], "_audit_units": units}}
+    fleet: dict[str, Any] = _f("llamafleet_audit_fleet")(["srv-1"], hostvars)
+    return fleet
+
+
+def test_audit_items_hold_every_unit_of_the_users_server() -> None:
+    """A user of a server with several units is checked with all of them (as the audit did before
+    it checked in-process), whichever port their URL names."""
+    fleet = _two_unit_fleet()
+    for url in ("http://10.0.0.41:8081", "http://10.0.0.41:8080", "http://10.0.0.41:9999"):
+        seen = _seen(host="cl-1", clients=[{**_seen()["clients"][0], "base_url": url}])
+        client = _f("llamafleet_audit_items")(seen, fleet)[1]
+        assert [(t["path"], t["kind"]) for t in client["texts"]] == [
+            ("srv-1:/etc/systemd/system/llama-server-main.service", "unit"),
+            ("srv-1:/etc/systemd/system/llama-server-b.service", "unit"),
+        ], url
+        assert [t["text"] for t in client["texts"]] == [LOOPBACK_UNIT, ANY_UNIT]
 
 
 def _check_items() -> Any:
-    """The llamafleet_check action plugin's own item checker (the llamafleet_common role)."""
-    action = PLUGIN.parents[2] / "roles" / "llamafleet_common" / "action_plugins"
-    if not (action / "llamafleet_check.py").is_file():
-        pytest.skip("the llamafleet_common role's llamafleet_check is not in this checkout")
-    return load_ansible_plugin(action / "llamafleet_check.py").check_items
+    """The validator's item checker, the one the llamafleet_check action plugin calls; its
+    ``checks`` as the plugin returns them."""
+    from llamafleet.preflight import check_items
+
+    def run(items: Any) -> list[dict[str, Any]]:
+        return [c.as_dict() for c in check_items(items)]
+
+    return run
 
 
 def test_audit_items_through_the_validator_name_each_file_on_its_host() -> None:
@@ -429,6 +450,24 @@ def test_audit_items_through_the_validator_name_each_file_on_its_host() -> None:
     assert {"XC001", "CC010"} <= set(ops["findings"])
     assert {f["file"] for f in ops["findings_detail"]} == {settings}
     assert "sk-local-not-the-servers-key" not in json.dumps(report)
+
+
+def test_audit_of_a_user_of_the_second_unit_through_the_validator() -> None:
+    """The user's URL reaches the server's second unit (0.0.0.0:8081): with every unit in the
+    check, XC001 stays silent; a port no unit listens on is reported, naming both units."""
+    fleet = _two_unit_fleet()
+    check = _check_items()
+
+    def xc001(url: str) -> list[dict[str, Any]]:
+        seen = _seen(host="cl-1", clients=[{**_seen()["clients"][0], "base_url": url}])
+        settings = json.dumps({"env": {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_AUTH_TOKEN": "k"}})
+        seen["clients"][0]["text"] = settings
+        client = check(_f("llamafleet_audit_items")(seen, fleet))[1]
+        return [f for f in client["findings"] if f["id"] == "XC001"]
+
+    assert xc001("http://10.0.0.41:8081") == []
+    (miss,) = xc001("http://10.0.0.41:9999")
+    assert ":8080" in miss["message"] and ":8081" in miss["message"], miss
 
 
 def _checks() -> list[dict[str, Any]]:
