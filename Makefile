@@ -61,6 +61,7 @@ molecule: bootstrap
 	$(BIN)/molecule test -s claude
 	$(BIN)/molecule test -s cuda
 	$(BIN)/molecule test -s fleet
+	$(BIN)/molecule test -s pool
 
 bench: $(VENV)/.stamp
 	$(BIN)/python validator/tools/bench.py 1000
