@@ -93,6 +93,13 @@ def test_an_instance_on_its_own_address_is_reached_there(pool: ModuleType) -> No
     )
 
 
+@pytest.mark.parametrize("listen", ["0.0.0.0", "::", "[::]"])
+def test_a_wildcard_listener_is_reached_at_ansible_host(pool: ModuleType, listen: str) -> None:
+    groups, hostvars = _inventory(1, host=listen)
+    (b,) = pool.backends(_settings(), groups, hostvars, SERVER_DEFAULTS)
+    assert (b["address"], b["connect_host"]) == ("10.0.0.10", "127.0.0.1")
+
+
 def test_the_backends_own_key_dir_and_ca_are_used(pool: ModuleType) -> None:
     groups, hostvars = _inventory(1)
     hostvars["gpu1"]["llama_server_key_dir"] = "/srv/keys"

@@ -15,14 +15,12 @@ from typing import Any, NoReturn
 from ansible.errors import AnsibleFilterError
 
 try:
-    from llamafleet.rules.server import is_loopback
+    from llamafleet.rules.server import address_kind
 except ImportError as exc:  # pragma: no cover - reported when a filter is used
     _IMPORT_ERROR: ImportError | None = exc
 else:
     _IMPORT_ERROR = None
 
-#: llama-server listens on every address of the host
-ANY_ADDRESSES = ("0.0.0.0", "::", "[::]")
 #: HAProxy server names (and the inventory names they come from)
 _SERVER_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}\Z")
 #: a DNS name: what HAProxy 2.6's verifyhost compares with a certificate (it does not match IP
@@ -52,16 +50,21 @@ def _is_ip(text: str) -> bool:
     return True
 
 
-def _is_loopback(host: str) -> bool:
-    """Loopback (or a Unix socket) by the validator's own test, the one its rules use; empty is
-    llama-server's default, 127.0.0.1."""
+def _kind(host: str) -> str:
+    """loopback, socket, any (a wildcard) or address: the validator's own address classifier,
+    the one its rules use (empty is llama-server's default, 127.0.0.1)."""
     if _IMPORT_ERROR is not None:
         _fail(
             "the llamafleet Python package is not installed on the controller "
             f"(pip install ./validator): {_IMPORT_ERROR}"
         )
-    text = host.strip()
-    return not text or is_loopback(text)
+    kind: str = address_kind(host)
+    return kind
+
+
+def _is_loopback(host: str) -> bool:
+    """Loopback or a Unix socket: beyond the reach of other hosts."""
+    return _kind(host) in ("loopback", "socket")
 
 
 def _bool(value: Any, purpose: str) -> bool:
@@ -134,7 +137,7 @@ def _reached_at(host: str, hv: Any, inst: Mapping[str, Any], instance: str) -> t
             "give it host: 0.0.0.0 (or an address of its own) and ip_allow with the pool "
             "host's address"
         )
-    if listen in ANY_ADDRESSES:
+    if _kind(listen) == "any":
         address = str(_get(hv, "ansible_host", host))
         connect_host = "127.0.0.1"
     else:

@@ -185,9 +185,9 @@ def run(module: AnsibleModule) -> dict[str, Any]:
             return {"changed": False, "found": False, "msg": f"HAProxy is not running ({e})"}
         raise
     if row is None:
-        if p["missing_ok"]:
-            return {"changed": False, "found": False, "msg": f"{name} is not in the pool"}
-        module.fail_json(msg=f"{name} is not in the pool at {path}", found=False)
+        if not p["missing_ok"]:
+            module.fail_json(msg=f"{name} is not in the pool at {path}", found=False)
+        return {"changed": False, "found": False, "msg": f"{name} is not in the pool"}
     before = admin_word(row.get("srv_admin_state", ""))
     want = p["state"]
     changed = want is not None and want != before
