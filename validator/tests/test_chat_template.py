@@ -821,7 +821,7 @@ def test_the_llama_server_filter_fixes_the_real_qwen35_template_and_the_prefligh
     the same unit without the copy in memory is not confirmed (unknown), and the model's own
     template refuses."""
     from conftest import load_ansible_plugin
-    from llamafleet.preflight import check_texts
+    from llamafleet.preflight import check_items
 
     f = load_ansible_plugin(
         REPO / "roles" / "llama_server" / "filter_plugins" / "llamafleet.py"
@@ -842,7 +842,7 @@ def test_the_llama_server_filter_fixes_the_real_qwen35_template_and_the_prefligh
         f"ExecStart=/x/llama-server -m /m.gguf --chat-template-file {path}\n"
     )
     facts = {"model": {"metadata": meta, "tensors": [], "path": "/m.gguf"}}
-    fixed = check_texts(
+    fixed = check_items(
         [
             {
                 "name": "main",
@@ -855,14 +855,14 @@ def test_the_llama_server_filter_fixes_the_real_qwen35_template_and_the_prefligh
     )
     assert "LS021" not in [x["id"] for x in fixed[0].findings]
     own = "[Service]\nRestart=on-failure\nExecStart=/x/llama-server -m /m.gguf\n"
-    refused = check_texts([{"name": "main", "path": "u.service", "text": own, "facts": facts}])
+    refused = check_items([{"name": "main", "path": "u.service", "text": own, "facts": facts}])
     assert refused[0].refused and "LS021" in [x["id"] for x in refused[0].findings]
     # as the role writes it: the template reaches the service as a credential
     cred = (
         f"[Service]\nRestart=on-failure\nLoadCredential=chat-template:{path}\n"
         "ExecStart=/x/llama-server -m /m.gguf --chat-template-file %d/chat-template\n"
     )
-    as_written = check_texts(
+    as_written = check_items(
         [
             {
                 "name": "main",
@@ -874,7 +874,7 @@ def test_the_llama_server_filter_fixes_the_real_qwen35_template_and_the_prefligh
         ]
     )
     assert not as_written[0].refused, as_written[0].findings
-    as_shipped = check_texts(
+    as_shipped = check_items(
         [
             {
                 "name": "main",
@@ -886,7 +886,7 @@ def test_the_llama_server_filter_fixes_the_real_qwen35_template_and_the_prefligh
         ]
     )
     assert "LS021" in [x["id"] for x in as_shipped[0].findings]
-    unfixed = check_texts(
+    unfixed = check_items(
         [
             {
                 "name": "main",

@@ -659,7 +659,7 @@ def test_the_check_plugin_has_no_checker_of_its_own() -> None:
     """The plugin calls the validator's check_items and refusal: one implementation of each."""
     source = (COMMON / "action_plugins" / "llamafleet_check.py").read_text()
     assert "from llamafleet.preflight import PreflightError, check_items, refusal" in source
-    for name in ("check_items", "check_texts", "refusal", "_check_item", "_settings_entry"):
+    for name in ("check_items", "refusal", "_check_item", "_settings_entry"):
         assert f"def {name}(" not in source, name
 
 

@@ -139,9 +139,6 @@ def check_items(
     return [_check_item(item, config, fail_on) for item in items]
 
 
-#: The former name of :func:`check_items`.
-check_texts = check_items
-
 
 def _check_item(item: Any, config: Any, fail_on: str) -> Checked:
     """One item of check_items: its texts checked together, in memory."""

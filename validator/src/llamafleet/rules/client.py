@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import urlunsplit
 
 from llamafleet.rules import Context, Hit, rule
-from llamafleet.rules.server import is_loopback
+from llamafleet.rules.server import is_any_address, is_loopback
 from llamafleet.settings import TOKEN_KEYS, Client, SettingsFile, truthy
 from llamafleet.slots import slots
 from llamafleet.values import Unresolved, is_unresolved, split_url, url_problem
@@ -295,8 +295,8 @@ def key_over_plain_http(ctx: Context) -> Iterator[Hit]:
         if parts is None:
             continue
         host = parts.hostname or ""
-        if parts.scheme != "http" or not host or is_loopback(host) or host in ("0.0.0.0", "::"):
-            # (a connection to 0.0.0.0 or :: reaches this host)
+        if parts.scheme != "http" or not host or is_loopback(host) or is_any_address(host):
+            # (a connection to 0.0.0.0, :: or [::] reaches this host)
             continue
         sent = [k for k in TOKEN_KEYS if (t := c.env(k)) is not None and str(t.value).strip()]
         if not sent and c.setting("apiKeyHelper") is not None:
