@@ -1,13 +1,16 @@
 """The llama_pool role's modules, run as Ansible runs them (a child process with an arguments
 file): llama_pool_server against a stand-in for HAProxy's runtime API on a Unix socket (HAProxy
 2.6's answers: the version line and headers of ``show servers state``, the CSV of ``show stat``,
-an empty line for a command done, ``No such server.``), and llama_pool_backend_idle against a
-stand-in llama-server (``/metrics`` in its Prometheus text, ``/slots``, 401 and 501)."""
+an empty line for a command done, ``No such server.``; written from HAProxy 2.6's documentation,
+it cannot show a change of format in another HAProxy version: the pool scenario runs both modules
+against the real HAProxy), and llama_pool_backend_idle against a stand-in llama-server that serves
+the fork's own ``/metrics``, ``/slots`` and 401 answers, captured by tools/capture_endpoints.py."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -282,16 +285,39 @@ def test_a_refused_command_fails_with_haproxys_answer(tmp_path: Path, haproxy: F
 
 # --- llama_pool_backend_idle -------------------------------------------------------------------
 
-METRICS = """# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.
-# TYPE llamacpp:prompt_tokens_total counter
-llamacpp:prompt_tokens_total 4242
-# HELP llamacpp:requests_processing Number of requests processing.
-# TYPE llamacpp:requests_processing gauge
-llamacpp:requests_processing {processing}
-# HELP llamacpp:requests_deferred Number of requests deferred.
-# TYPE llamacpp:requests_deferred gauge
-llamacpp:requests_deferred {deferred}
-"""
+# What the TurboQuant fork's llama-server (build 9079) answers, captured from the real server by
+# tools/capture_endpoints.py (fixtures/endpoints): /metrics while a request was being answered,
+# /slots idle and busy, and the refusal of a wrong key. The stand-in below serves these texts; only
+# the numbers of requests_processing / requests_deferred are set per test on the real lines.
+ENDPOINTS = Path(__file__).parent / "fixtures" / "endpoints"
+METRICS_REAL = (ENDPOINTS / "fork-b9079.metrics.busy.txt").read_text()
+SLOT_IDLE, SLOT_BUSY = (
+    json.loads((ENDPOINTS / "fork-b9079.slots.busy.json").read_text())[i] for i in (0, 1)
+)
+UNAUTHORIZED = json.loads((ENDPOINTS / "fork-b9079.unauthorized.json").read_text())
+
+
+def _metrics(processing: int, deferred: int) -> str:
+    text = re.sub(
+        r"(?m)^llamacpp:requests_processing .*$",
+        f"llamacpp:requests_processing {processing}",
+        METRICS_REAL,
+    )
+    return re.sub(
+        r"(?m)^llamacpp:requests_deferred .*$", f"llamacpp:requests_deferred {deferred}", text
+    )
+
+
+def _slots(processing: int, total: int = 4) -> list[dict[str, Any]]:
+    return [dict(SLOT_BUSY if i < processing else SLOT_IDLE, id=i) for i in range(total)]
+
+
+def test_the_captured_endpoints_are_what_the_module_reads() -> None:
+    """The real captures hold what the drain module looks for (else the stand-in proves nothing)."""
+    assert re.search(r"(?m)^llamacpp:requests_processing 1$", METRICS_REAL)
+    assert re.search(r"(?m)^llamacpp:requests_deferred 0$", METRICS_REAL)
+    assert SLOT_BUSY["is_processing"] is True and SLOT_IDLE["is_processing"] is False
+    assert UNAUTHORIZED["status"] == 401
 
 
 class FakeLlama:
@@ -311,7 +337,7 @@ class FakeLlama:
             def do_GET(self) -> None:
                 fake.seen_auth.append(self.headers.get("Authorization", ""))
                 if self.headers.get("Authorization") != f"Bearer {fake.key}":
-                    return self._send(401, '{"error":{"message":"Invalid API Key"}}')
+                    return self._send(UNAUTHORIZED["status"], UNAUTHORIZED["body"])
                 processing, deferred = fake.busy[0] if len(fake.busy) == 1 else fake.busy.pop(0)
                 if self.path == "/metrics":
                     if not fake.metrics:
@@ -319,15 +345,14 @@ class FakeLlama:
                             501,
                             '{"error":{"message":"This server does not support metrics."}}',
                         )
-                    return self._send(200, METRICS.format(processing=processing, deferred=deferred))
+                    return self._send(200, _metrics(processing, deferred))
                 if self.path == "/slots":
                     if not fake.slots:
                         return self._send(
                             501,
                             '{"error":{"message":"This server does not support slots endpoint."}}',
                         )
-                    slots = [{"id": i, "is_processing": i < processing} for i in range(4)]
-                    return self._send(200, json.dumps(slots))
+                    return self._send(200, json.dumps(_slots(processing)))
                 return self._send(404, "{}")
 
             def _send(self, code: int, body: str) -> None:
