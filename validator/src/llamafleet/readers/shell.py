@@ -879,68 +879,19 @@ def _arith_eval(expr: str) -> int:
 
 # ----------------------------------------------------------------------------- the reader
 
-#: Commands the reader looks into (assignments, declarations, ...): the general path.
-_GENERAL = frozenset(
-    {
-        "if",
-        "then",
-        "else",
-        "elif",
-        "fi",
-        "do",
-        "done",
-        "while",
-        "until",
-        "case",
-        "esac",
-        "!",
-        "{",
-        "}",
-        "time",
-        "coproc",
-        "select",
-        "in",
-        "function",
-        "export",
-        "declare",
-        "typeset",
-        "local",
-        "readonly",
-        "unset",
-        "read",
-        "mapfile",
-        "readarray",
-        "getopts",
-        "for",
-        "set",
-        "shift",
-        "alias",
-        "eval",
-    }
-)
+#: Shell reserved words (and ``!``, ``{``, ``}``) that can start a command.
 _RESERVED = frozenset(
-    {
-        "if",
-        "then",
-        "else",
-        "elif",
-        "fi",
-        "do",
-        "done",
-        "while",
-        "until",
-        "case",
-        "esac",
-        "!",
-        "{",
-        "}",
-        "time",
-        "coproc",
-        "select",
-        "in",
-    }
+    {"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "case", "esac"}
+    | {"!", "{", "}", "time", "coproc", "select", "in"}
 )
 _DECLARE = frozenset({"export", "declare", "typeset", "local", "readonly"})
+#: Commands the reader looks into (assignments, declarations, ...): the general path.
+_GENERAL = (
+    _RESERVED
+    | _DECLARE
+    | {"function", "unset", "read", "mapfile", "readarray", "getopts", "for", "set", "shift"}
+    | {"alias", "eval"}
+)
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?(\+?)=", re.S)
 _OPTION_LINE = re.compile(r"^--?[A-Za-z]")
 
