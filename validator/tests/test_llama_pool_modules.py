@@ -447,6 +447,24 @@ def test_an_instance_that_does_not_answer_has_nothing_in_flight(tmp_path: Path) 
     assert not result.get("failed") and result["serving"] is False
 
 
+def test_an_instance_never_set_up_has_nothing_in_flight(tmp_path: Path) -> None:
+    """A first rollout drains a host the llama_server role has not set up yet: no CA file, no key
+    file, nothing listening. That is "nothing in flight", not a failure (found by the pool scenario,
+    whose first rollout runs after the pool exists)."""
+    result = run_module(
+        tmp_path,
+        "llama_pool_backend_idle",
+        {
+            "url": "https://127.0.0.1:9",
+            "ca_path": str(tmp_path / "no-ca.crt"),
+            "key_file": str(tmp_path / "no.key"),
+            "timeout": 5,
+        },
+    )
+    assert not result.get("failed"), result
+    assert result["serving"] is False and "does not exist yet" in result["msg"]
+
+
 def test_idle_in_check_mode_returns_at_once(tmp_path: Path, llama: FakeLlama) -> None:
     llama.busy = [(1, 0)]
     result = run_module(

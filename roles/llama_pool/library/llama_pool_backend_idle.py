@@ -42,6 +42,7 @@ waited: {description: Seconds waited.}
 
 # imports after the module's documentation (Ansible's layout)
 import json  # noqa: E402
+import os  # noqa: E402
 import re  # noqa: E402
 import ssl  # noqa: E402
 import time  # noqa: E402
@@ -117,6 +118,18 @@ def look(base: str, key: str, context: ssl.SSLContext | None) -> tuple[str, int,
         ) from None
 
 
+def _not_serving(base: str, waited: float, why: str) -> dict[str, Any]:
+    return {
+        "changed": False,
+        "serving": False,
+        "source": "none",
+        "processing": 0,
+        "deferred": 0,
+        "waited": round(waited, 1),
+        "msg": f"{base}: {why}: nothing in flight",
+    }
+
+
 def run(module: AnsibleModule) -> dict[str, Any]:
     p = module.params
     if module.check_mode:
@@ -124,6 +137,9 @@ def run(module: AnsibleModule) -> dict[str, Any]:
     base = p["url"].rstrip("/")
     context = None
     if base.startswith("https://"):
+        if p["ca_path"] and not os.path.exists(p["ca_path"]):
+            # the llama_server role writes the CA with the instance: never set up, nothing in flight
+            return _not_serving(base, 0.0, f"its CA file {p['ca_path']} does not exist yet")
         context = ssl.create_default_context(cafile=p["ca_path"] or None)
     unread = ""
     try:
@@ -140,15 +156,7 @@ def run(module: AnsibleModule) -> dict[str, Any]:
             module.fail_json(msg=str(e) + unread)
         except (urllib.error.URLError, OSError) as e:
             # not answering: stopped or restarting, so nothing is in flight
-            return {
-                "changed": False,
-                "serving": False,
-                "source": "none",
-                "processing": 0,
-                "deferred": 0,
-                "waited": round(waited, 1),
-                "msg": f"{base} does not answer ({getattr(e, 'reason', e)}): nothing in flight",
-            }
+            return _not_serving(base, waited, f"it does not answer ({getattr(e, 'reason', e)})")
         if processing == 0 and deferred == 0:
             return {
                 "changed": False,
