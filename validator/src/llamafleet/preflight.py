@@ -139,7 +139,6 @@ def check_items(
     return [_check_item(item, config, fail_on) for item in items]
 
 
-
 def _check_item(item: Any, config: Any, fail_on: str) -> Checked:
     """One item of check_items: its texts checked together, in memory."""
     from llamafleet.engine import Inputs, add_file, exit_code, run
