@@ -46,6 +46,7 @@ LANGUAGES = (
     (".yml", "yaml"),
     (".jinja", "jinja"),
     (".env", "sh"),
+    (".cfg", "haproxy"),
 )
 
 #: Headings of the index, by scope, in this order.
@@ -53,6 +54,7 @@ SCOPES = (
     ("server", "llama-server flags and chat template"),
     ("client", "Claude Code settings"),
     ("cross", "A client and the server it points at"),
+    ("pool", "An HAProxy pool in front of llama-server"),
     ("unit", "systemd units"),
     ("build", "The llama.cpp build"),
     ("meta", "llamafleet's own comments"),

@@ -26,6 +26,7 @@ from llamafleet.units import Unit, parse_unit
 
 if TYPE_CHECKING:
     from llamafleet.readers.common import Listener, ReadResult
+    from llamafleet.readers.haproxy import HAProxyConfig
 
 RANK = {s: i for i, s in enumerate(SEVERITIES)}
 
@@ -178,7 +179,16 @@ class Inputs:
     none; ``ReferencedFiles(directory=DIR)`` looks them up as ``DIR/<basename>`` only,
     ``ReferencedFiles(as_named=True)`` opens them as named. Set it before adding files."""
 
-    __slots__ = ("listeners", "problems", "referenced", "servers", "settings", "texts", "units")
+    __slots__ = (
+        "listeners",
+        "pools",
+        "problems",
+        "referenced",
+        "servers",
+        "settings",
+        "texts",
+        "units",
+    )
 
     def __init__(self, referenced: ReferencedFiles = NEVER) -> None:
         self.referenced = referenced
@@ -189,11 +199,21 @@ class Inputs:
         self.problems: list[Hit] = []  # LF002
         #: proxies and other programs the inputs start that listen where a client may point
         self.listeners: list[Listener] = []
+        #: HAProxy configurations: pools in front of llama-server
+        self.pools: list[HAProxyConfig] = []
+
+
+#: a proxy section of an HAProxy configuration
+_HAPROXY_SECTION = re.compile(r"(?m)^[ \t]*(frontend|backend|listen)[ \t]+\S")
 
 
 def _detect(path: str, text: str) -> str:
     low = path.lower()
     base = os.path.basename(low)
+    if base.rsplit(":", 1)[-1] == "haproxy.cfg" or (
+        low.endswith(".cfg") and _HAPROXY_SECTION.search(text)
+    ):
+        return "haproxy"
     if low.endswith((".service", ".unit")) or (
         "[Service]" in text and re.search(r"^\[Service\]", text, re.M)
     ):
@@ -313,6 +333,10 @@ def _add(
         _yaml(inputs, path, text, kind)
     elif kind == "argv":
         inputs.servers.append(parse_argv_string(text, path))
+    elif kind == "haproxy":
+        from llamafleet.readers.haproxy import read_haproxy
+
+        inputs.pools.append(read_haproxy(text, path))
     else:  # pragma: no cover - kinds come from this module
         raise ParseError(f"unknown input kind {kind}")
 
@@ -394,6 +418,7 @@ _KIND_NAMES = {
     "yaml": "YAML (Compose, instance variables)",
     "compose": "a Compose file",
     "argv": "a llama-server command line",
+    "haproxy": "an HAProxy configuration",
 }
 _KIND_HINTS = {
     "shell": "The script must run llama-server (or server) directly; quotes must be balanced.",
@@ -410,6 +435,9 @@ _KIND_HINTS = {
     "env": "Give NAME=value lines with ANTHROPIC_* / CLAUDE_CODE_* variables.",
     "argv": "Quote values that contain spaces.",
     "settings": "Fix the JSON.",
+    "haproxy": "Give HAProxy's configuration: sections (global, defaults, frontend NAME, "
+    "backend NAME, listen NAME) of one statement a line; `haproxy -c -f FILE` shows what HAProxy "
+    "itself reads.",
 }
 
 
@@ -558,6 +586,7 @@ def run(
         facts=facts or Facts(),
         referenced=inputs.referenced,
         listeners=inputs.listeners,
+        pools=inputs.pools,
     )
     raw = _run_rules(ctx, inputs, config, set(only) if only is not None else None)
     sup = scan_suppressions(inputs.texts)

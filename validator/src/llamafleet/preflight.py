@@ -85,7 +85,7 @@ def instance_ignores(ignore: Any, instance: str = "?") -> list[str]:
 #: The keys of an item (see :func:`check_items`).
 ITEM_KEYS = frozenset({"name", "path", "text", "kind", "texts", "facts", "files", "settings"})
 #: The kinds a text may be given as (else detected from its path and content).
-KINDS = frozenset({"unit", "shell", "cmd", "mapping", "settings", "argv"})
+KINDS = frozenset({"unit", "shell", "cmd", "mapping", "settings", "argv", "haproxy"})
 #: The scopes of a Claude Code settings file.
 SCOPES = frozenset({"user", "project", "local", "managed"})
 

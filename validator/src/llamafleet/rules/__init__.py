@@ -4,7 +4,7 @@ yields :class:`Hit` objects; the engine turns them into findings with the catalo
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llamafleet.argv import ServerConfig
 from llamafleet.facts import Facts
@@ -12,6 +12,9 @@ from llamafleet.readers.common import Listener
 from llamafleet.refs import NEVER, ReferencedFiles
 from llamafleet.settings import Client, SettingsFile
 from llamafleet.units import Unit
+
+if TYPE_CHECKING:
+    from llamafleet.readers.haproxy import HAProxyConfig
 
 # Plain classes, not dataclasses: every `llamafleet check` creates them (and the classes) anew.
 
@@ -56,6 +59,7 @@ class Context:
         "clients",
         "facts",
         "listeners",
+        "pools",
         "referenced",
         "servers",
         "settings",
@@ -72,6 +76,7 @@ class Context:
         facts: Facts | None = None,
         referenced: ReferencedFiles = NEVER,
         listeners: list[Listener] | None = None,
+        pools: list[HAProxyConfig] | None = None,
     ) -> None:
         self.servers: list[ServerConfig] = servers if servers is not None else []
         self.units: list[Unit] = units if units is not None else []
@@ -82,6 +87,8 @@ class Context:
         self.referenced = referenced
         #: programs other than llama-server that listen where a client may point (proxies)
         self.listeners: list[Listener] = listeners if listeners is not None else []
+        #: HAProxy configurations: pools that spread clients over llama-server hosts
+        self.pools: list[HAProxyConfig] = pools if pools is not None else []
         #: every llama-server command checked: scripts, argv, mappings and units' ExecStart
         #: (of the servers and units given here)
         self.all_servers: list[ServerConfig] = self.servers + [
@@ -104,6 +111,6 @@ def rule(rule_id: str) -> Callable[[Predicate], Predicate]:
 
 
 def load_all() -> dict[str, Predicate]:
-    from llamafleet.rules import build, client, cross, server, start, unit  # noqa: F401
+    from llamafleet.rules import build, client, cross, pool, server, start, unit  # noqa: F401
 
     return REGISTRY

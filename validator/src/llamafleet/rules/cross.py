@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llamafleet.argv import ServerConfig, parse_argv_list
 from llamafleet.gguf_meta import ModelFacts
@@ -16,6 +16,9 @@ from llamafleet.rules.server import is_any_address, is_loopback
 from llamafleet.settings import Client, truthy
 from llamafleet.slots import SlotContext, request_context
 from llamafleet.values import split_url
+
+if TYPE_CHECKING:
+    from llamafleet.readers.haproxy import Bind, HAProxyConfig, Proxy, Server
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -148,52 +151,94 @@ def _client_url(c: Client) -> tuple[str, int, str, int, str] | None:
 @rule("XC001")
 def client_server_mismatch(ctx: Context) -> Iterator[Hit]:
     servers = ctx.all_servers
-    if not servers:
+    pools = [f for cfg in ctx.pools for f in cfg.frontends if f.binds or f.unknown_bind]
+    if not servers and not pools:
         return
     for c in ctx.clients:
         url = client_url(c)
         if url is None:
             continue
-        host, port, file, line, base = url.host, url.port, url.file, url.line, url.value
-        reached = [s for s in servers if _matches(host, port, s)]
-        if any(("https" if serves_tls(s) else "http") == url.scheme for s in reached):
-            continue
-        if not reached and (any(address_unknown(s) for s in servers) or behind_proxy(ctx, url)):
-            continue  # it may reach a server at an address not known, or a proxy in between
-        listed = ", ".join(server_url(s) for s in servers)
-        if reached:
-            # the right address and port, the wrong scheme: TLS handshake against plain http
-            # (or plain http against a TLS listener) fails on every request
-            s = reached[0]
-            want = server_url(s, host if host else None)
-            if serves_tls(s):
-                remedy = (
-                    f"The server serves TLS (--ssl-cert-file): set ANTHROPIC_BASE_URL to {want} "
-                    "(no /v1) and let Claude Code trust the CA that signed its certificate "
-                    "(env NODE_EXTRA_CA_CERTS=<CA file>; the claude_code role installs it)."
+        route = pool_route(ctx, c)
+        if route is not None:
+            # the pool's frontend: the scheme must be the one it serves; the servers behind it
+            # are HAProxy's to reach (HP001), not the client's
+            want = route.scheme()
+            if want is not None and want != url.scheme:
+                yield Hit(
+                    url.file,
+                    url.line,
+                    {
+                        "base_url": url.value,
+                        "servers": route.describe(),
+                        "remedy": route.remedy(url),
+                    },
                 )
-            else:
-                remedy = (
-                    f"The server serves plain http (no --ssl-cert-file/--ssl-key-file): set "
-                    f"ANTHROPIC_BASE_URL to {want} (no /v1), or give the server a certificate "
-                    "(llama_server_tls) and keep https."
-                )
-            yield Hit(file, line, {"base_url": base, "servers": listed, "remedy": remedy})
             continue
-        h, _ = server_address(servers[0])
-        if is_any_address(h):
-            h = host
-        if not is_loopback(host) and all(is_loopback(server_address(s)[0]) for s in servers):
-            # a client on another machine cannot reach a loopback-only server at any URL
+        found = _server_mismatch(ctx, url, servers, pools)
+        if found is not None:
+            yield found
+
+
+def _server_mismatch(
+    ctx: Context, url: ClientURL, servers: list[ServerConfig], pools: list[Proxy]
+) -> Hit | None:
+    """XC001 for a client whose URL names no pool frontend: the servers it reaches, else where
+    it should point (the pool checked with it, else the first server)."""
+    host, port, file, line, base = url.host, url.port, url.file, url.line, url.value
+    reached = [s for s in servers if _matches(host, port, s)]
+    if any(("https" if serves_tls(s) else "http") == url.scheme for s in reached):
+        return None
+    if not reached and (
+        any(address_unknown(s) for s in servers)
+        or behind_proxy(ctx, url)
+        or any(f.unknown_bind for f in pools)
+    ):
+        return None  # it may reach a server at an address not known, or a proxy in between
+    if not reached and pools:
+        # a pool is checked with it: the client belongs at the pool's frontend
+        bound = [f for f in pools if f.binds]
+        listed = ", ".join(
+            [_frontend_url(ctx, f, url) for f in bound] + [server_url(s) for s in servers]
+        )
+        remedy = (
+            f"Set ANTHROPIC_BASE_URL to {_frontend_url(ctx, bound[0], url)} (no /v1): the pool "
+            f"(frontend {bound[0].name} of {_pool_file(ctx, bound[0])}) spreads the clients "
+            "over the servers behind it."
+        )
+        return Hit(file, line, {"base_url": base, "servers": listed, "remedy": remedy})
+    listed = ", ".join(server_url(s) for s in servers)
+    if reached:
+        # the right address and port, the wrong scheme: TLS handshake against plain http
+        # (or plain http against a TLS listener) fails on every request
+        s = reached[0]
+        want = server_url(s, host if host else None)
+        if serves_tls(s):
             remedy = (
-                f"The server listens on {h} only: run Claude Code on the server's host with "
-                f"ANTHROPIC_BASE_URL={server_url(servers[0])}, or make the server listen on an "
-                "address this client reaches (--host, with --api-key-file) and point "
-                "ANTHROPIC_BASE_URL there (no /v1)."
+                f"The server serves TLS (--ssl-cert-file): set ANTHROPIC_BASE_URL to {want} "
+                "(no /v1) and let Claude Code trust the CA that signed its certificate "
+                "(env NODE_EXTRA_CA_CERTS=<CA file>; the claude_code role installs it)."
             )
         else:
-            remedy = f"Set ANTHROPIC_BASE_URL to {server_url(servers[0], h)} (no /v1)."
-        yield Hit(file, line, {"base_url": base, "servers": listed, "remedy": remedy})
+            remedy = (
+                f"The server serves plain http (no --ssl-cert-file/--ssl-key-file): set "
+                f"ANTHROPIC_BASE_URL to {want} (no /v1), or give the server a certificate "
+                "(llama_server_tls) and keep https."
+            )
+        return Hit(file, line, {"base_url": base, "servers": listed, "remedy": remedy})
+    h, _ = server_address(servers[0])
+    if is_any_address(h):
+        h = host
+    if not is_loopback(host) and all(is_loopback(server_address(s)[0]) for s in servers):
+        # a client on another machine cannot reach a loopback-only server at any URL
+        remedy = (
+            f"The server listens on {h} only: run Claude Code on the server's host with "
+            f"ANTHROPIC_BASE_URL={server_url(servers[0])}, or make the server listen on an "
+            "address this client reaches (--host, with --api-key-file) and point "
+            "ANTHROPIC_BASE_URL there (no /v1)."
+        )
+    else:
+        remedy = f"Set ANTHROPIC_BASE_URL to {server_url(servers[0], h)} (no /v1)."
+    return Hit(file, line, {"base_url": base, "servers": listed, "remedy": remedy})
 
 
 def server_keys(
@@ -230,21 +275,23 @@ def server_key(
 
 @rule("XC002")
 def client_missing_key(ctx: Context) -> Iterator[Hit]:
-    servers = ctx.all_servers
     for c in ctx.clients:
         url = _client_url(c)
         if url is None:
             continue
-        host, port, file, line, _ = url
-        for s in servers:
-            if not _matches(host, port, s):
-                continue
+        _, _, file, line, _ = url
+        sent = c.tokens()
+        helper = c.setting("apiKeyHelper") is not None
+        route = pool_route(ctx, c)
+        if route is not None:
+            found = route.pool_key_problem(sent, helper)
+            if found is not None:
+                yield Hit(file, line, {"server": route.describe(), "detail": found})
+        for s, name in reached_servers(ctx, c):
             required, keys = server_keys(s, ctx.referenced)
             if not required:
                 continue
-            sent = c.tokens()
-            name = f"{s.path} ({'{}:{}'.format(*server_address(s))})"
-            if not sent and c.setting("apiKeyHelper") is None:
+            if not sent and not helper:
                 yield Hit(file, line, {"server": name, "detail": "sends none"})
             elif keys is not None and sent and not any(k in sent for k in keys):
                 yield Hit(
@@ -252,6 +299,228 @@ def client_missing_key(ctx: Context) -> Iterator[Hit]:
                     line,
                     {"server": name, "detail": "sends a different key (it will get 401)"},
                 )
+
+
+# ----------------------------------------------------------------------------- pools
+
+
+def _host_marks(path: str) -> tuple[str | None, set[str]]:
+    """(the host a checked file comes from as ``HOST:/path``, the names of its directories: a
+    file fetched from HOST by Ansible lies under a directory named HOST), lower case."""
+    p = path.replace("\\", "/")
+    head, colon, rest = p.partition(":")
+    explicit = None
+    if colon and rest.startswith("/") and len(head) > 1 and "/" not in head:
+        explicit = head.lower()
+        p = rest
+    return explicit, {d.lower() for d in p.split("/")[:-1] if d}
+
+
+def _is_host(cfg: ServerConfig, srv: Server) -> bool | None:
+    """Whether ``cfg`` runs on the host of pool server line ``srv``: True when its file says so
+    (``HOST:/path``, a directory named after the server, its own address), False when it names
+    another host, None when it does not say."""
+    names = {srv.name.lower(), srv.host.lower().strip("[]")}
+    explicit, dirs = _host_marks(cfg.path)
+    for listen, _ in _addresses(cfg):
+        h = listen.strip("[]").lower()
+        if not is_any_address(h) and not is_loopback(h):
+            return h in names
+    if explicit is not None:
+        return explicit in names
+    return True if names & dirs else None
+
+
+def pool_backend_servers(ctx: Context, srv: Server) -> list[ServerConfig]:
+    """The checked llama-servers a pool's server line reaches: on its host (see
+    :func:`_is_host`) and port; a server listening on every address of a host that its file
+    does not name matches when it is the only checked server on that port."""
+    if srv.port is None or not srv.known:
+        return []
+    target = srv.host.strip("[]").lower()
+    out = []
+    for cfg in ctx.all_servers:
+        ports = [p for h, p in _addresses(cfg) if p == srv.port]
+        if not ports or address_unknown(cfg):
+            continue
+        same = _is_host(cfg, srv)
+        if same is None:
+            same = sum(srv.port in {p for _, p in _addresses(s)} for s in ctx.all_servers) == 1
+        if not same:
+            continue
+        # a server that listens on loopback only is reached by a pool on its own host alone
+        hosts = [h.strip("[]").lower() for h, p in _addresses(cfg) if p == srv.port]
+        if all(is_loopback(h) for h in hosts) and not is_loopback(target):
+            continue
+        out.append(cfg)
+    return out
+
+
+def _server_name(cfg: ServerConfig, srv: Server | None = None) -> str:
+    where = "{}:{}".format(*server_address(cfg))
+    if srv is None:
+        return f"{cfg.path} ({where})"
+    return f"pool server {srv.name} {srv.address} ({cfg.path}, listening on {where})"
+
+
+def _pool_file(ctx: Context, frontend: Proxy) -> str:
+    for cfg in ctx.pools:
+        if frontend in cfg.proxies:
+            return cfg.path
+    return "?"  # pragma: no cover - frontends come from ctx.pools
+
+
+def _frontend_url(
+    ctx: Context, frontend: Proxy, url: ClientURL | None, bind: Bind | None = None
+) -> str:
+    """The URL a client uses for a pool frontend: its bind's scheme and port, the address it
+    binds (else the pool host's name from its file's ``HOST:/path``, else the client's host)."""
+    b = bind or frontend.binds[0]
+    host = b.host
+    if host == "*":
+        explicit, _ = _host_marks(_pool_file(ctx, frontend))
+        host = explicit or (url.host if url is not None and url.host else "POOL-HOST")
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{'https' if b.ssl else 'http'}://{host}:{b.port}"
+
+
+@dataclass
+class PoolRoute:
+    """A client's URL at a pool's frontend, and the checked servers behind it."""
+
+    ctx: Context
+    config: HAProxyConfig
+    frontend: Proxy
+    bind: Bind
+    url: ClientURL
+    #: (server line, the checked llama-server behind it) of every enabled server line
+    servers: list[tuple[Server, ServerConfig]]
+
+    def scheme(self) -> str | None:
+        """The scheme the frontend speaks to clients: https with ``ssl`` on the bind line, http
+        in HTTP mode; in TCP mode the client's bytes pass to the servers (None when they do not
+        all speak the same)."""
+        if self.bind.ssl:
+            return "https"
+        if self.frontend.mode == "http":
+            return "http"
+        schemes = {
+            "http" if srv.ssl else ("https" if serves_tls(cfg) else "http")
+            for srv, cfg in self.servers
+        }
+        return schemes.pop() if len(schemes) == 1 else None
+
+    def describe(self) -> str:
+        return (
+            f"the pool (frontend {self.frontend.name} of {self.config.path}, "
+            f"{_frontend_url(self.ctx, self.frontend, self.url, self.bind)})"
+        )
+
+    def remedy(self, url: ClientURL) -> str:
+        want = _frontend_url(self.ctx, self.frontend, url, self.bind)
+        if self.scheme() == "https":
+            return (
+                f"The pool serves TLS (bind ... ssl crt): set ANTHROPIC_BASE_URL to {want} "
+                "(no /v1) and let Claude Code trust the CA that signed its certificate "
+                "(env NODE_EXTRA_CA_CERTS=<CA file>; the claude_code role installs it)."
+            )
+        return (
+            f"The pool serves plain http (no ssl on its bind line): set ANTHROPIC_BASE_URL to "
+            f"{want} (no /v1), or give the bind line a certificate (ssl crt FILE) and keep https."
+        )
+
+    def pool_key_problem(self, sent: list[str], helper: bool) -> str | None:
+        """What is wrong with the client's key at the frontend's key-digest check, or None."""
+        from llamafleet.readers.haproxy import key_digest
+
+        acls = self.frontend.key_acls
+        if not acls or any(a.digests is None for a in acls):
+            return None  # no check, or digests the validator cannot know
+        if not sent:
+            return None if helper else "sends none (the pool answers 401)"
+        accepted = [(d, a.ignore_case) for a in acls for d in a.digests or []]
+        sums = [key_digest(t) for t in sent]
+        if any(s == d or (i and s.lower() == d.lower()) for s in sums for d, i in accepted):
+            return None
+        if any(s.lower() == d.lower() for s in sums for d, _ in accepted):
+            return (
+                "sends the right key, but the pool's digest is in lower case and HAProxy's hex "
+                "converter writes upper case (it will get 401 from the pool: write the digest "
+                "in upper case, or add -i)"
+            )
+        return (
+            "sends a key whose SHA-256 is not one the pool accepts (it will get 401 from the pool)"
+        )
+
+
+def _bind_reaches(ctx: Context, cfg: HAProxyConfig, bind: Bind, url: ClientURL) -> bool:
+    if not bind.has_port(url.port):
+        return False
+    h = bind.host.lower()
+    explicit, _ = _host_marks(cfg.path)
+    if explicit is not None and url.host == explicit:
+        return True
+    if h == "*":
+        # every address of the pool host, not the address of a server behind it
+        own = {
+            s.host.strip("[]").lower()
+            for p in cfg.proxies
+            for s in p.servers
+            if not is_loopback(s.host)
+        }
+        return url.host not in own
+    if is_loopback(h) and is_loopback(url.host):
+        return True
+    return h == url.host
+
+
+def pool_route(ctx: Context, c: Client) -> PoolRoute | None:
+    """The pool frontend the client's URL reaches (address and port of a bind line), with the
+    checked servers behind it; None when it reaches none."""
+    if not ctx.pools:
+        return None
+    if "pool_route" in c.memo:
+        found: PoolRoute | None = c.memo["pool_route"]
+        return found
+    c.memo["pool_route"] = None
+    url = client_url(c)
+    if url is None:
+        return None
+    for cfg in ctx.pools:
+        for f in cfg.frontends:
+            bind = next((b for b in f.binds if _bind_reaches(ctx, cfg, b, url)), None)
+            if bind is None:
+                continue
+            behind = [
+                (srv, s)
+                for b in cfg.backends_of(f)
+                for srv in b.servers
+                if not srv.disabled
+                for s in pool_backend_servers(ctx, srv)
+            ]
+            route = PoolRoute(ctx, cfg, f, bind, url, behind)
+            c.memo["pool_route"] = route
+            return route
+    return None
+
+
+def reached_servers(ctx: Context, c: Client) -> list[tuple[ServerConfig, str]]:
+    """The checked llama-servers a client's requests reach, each with its name for messages:
+    those behind the pool frontend its URL names, else those listening at its URL."""
+    route = pool_route(ctx, c)
+    if route is not None:
+        seen: list[ServerConfig] = []
+        out = []
+        for srv, s in route.servers:
+            if s not in seen:
+                seen.append(s)
+                out.append((s, _server_name(s, srv)))
+        return out
+    url = client_url(c)
+    if url is None:
+        return []
+    return [(s, _server_name(s)) for s in ctx.all_servers if _matches(url.host, url.port, s)]
 
 
 # ----------------------------------------------------------------------------- XC003
@@ -422,24 +691,27 @@ def _window_remedy(win: CompactWindow, slot: int) -> str:
 
 @rule("XC003")
 def compact_window_above_slot(ctx: Context) -> Iterator[Hit]:
-    servers = ctx.all_servers
     for c in ctx.clients:
         url = _client_url(c)
         if url is None:
             continue
-        host, port, _, _, _ = url
-        for s in servers:
-            if not _matches(host, port, s):
-                continue
-            slot = slot_context(s, ctx.facts.model)
-            if slot is None:
-                continue
+        targets = [
+            (s, name, slot)
+            for s, name in reached_servers(ctx, c)
+            if (slot := slot_context(s, ctx.facts.model)) is not None
+        ]
+        if pool_route(ctx, c) is not None and targets:
+            # behind a pool a conversation may land on any server: the smallest slot counts
+            s, name, slot = min(targets, key=lambda t: t[2].tokens)
+            if len(targets) > 1:
+                name += f", the smallest slot of the {len(targets)} servers behind the pool"
+            targets = [(s, name, slot)]
+        for _, name, slot in targets:
             win = compact_window(c)
             # without compaction Claude Code stops a conversation itself short of the model's
             # own window (it asks for /compact): enough when the slot holds that window
             if (CLAUDE_CODE_DEFAULT_WINDOW if win.off else win.tokens) <= slot.tokens:
                 continue
-            name = f"{s.path} ({'{}:{}'.format(*server_address(s))})"
             what = _window_what(win)
             remedy = _window_remedy(win, slot.tokens)
             yield Hit(
