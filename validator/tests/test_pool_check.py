@@ -209,3 +209,73 @@ def test_the_defaults_the_test_renders_with_are_the_roles() -> None:
     assert role == POOL_DEFAULTS
     assert role["llama_pool_balance"] == "session"
     assert role["llama_pool_timeout_server"] == "1h" and role["llama_pool_timeout_client"] == "1h"
+
+
+def _check(*texts: tuple[str, str]) -> list[tuple[str, str]]:
+    from llamafleet.engine import Inputs, add_file, run
+
+    inputs = Inputs()
+    for path, text in texts:
+        add_file(inputs, path, text)
+    return [(f.id, f.message) for f in run(inputs).findings if f.id[:2] in ("XC", "HP")]
+
+
+_POOL_AT = """\
+defaults
+    mode http
+frontend llama
+    bind {bind} ssl crt /etc/pool.pem
+    default_backend llama
+backend llama
+    balance hash req.hdr(x-claude-code-session-id)
+    server gpu1 {server} ssl verify required ca-file /etc/ca.crt verifyhost gpu1
+"""
+_TLS_UNIT = """\
+[Service]
+User=llama
+Restart=on-failure
+ExecStart=/opt/llama.cpp/current/bin/llama-server -m /srv/m.gguf --host {host} --port 8080 \
+--ssl-key-file /k --ssl-cert-file /c --api-key k
+"""
+
+
+def _client(url: str) -> str:
+    return json.dumps({"env": {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_AUTH_TOKEN": "k"}})
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        # the pool's name as its file gives it, a VIP's name against a bound address
+        ("https://lb:8443", []),
+        ("https://llama.example:8443", []),
+        # another address of the bound one's kind: not the pool (XC001 names the pool's URL)
+        ("https://10.0.0.3:8443", ["XC001"]),
+        # the address of the server behind the pool, at its own port: that server itself
+        ("https://10.0.0.10:8080", []),
+    ],
+)
+def test_which_urls_reach_a_pool_bound_to_one_address(url: str, expected: list[str]) -> None:
+    found = _check(
+        ("lb:/etc/haproxy/haproxy.cfg", _POOL_AT.format(bind="10.0.0.2:8443", server="gpu1:8080")),
+        ("gpu1:/etc/systemd/system/llama-server-main.service", _TLS_UNIT.format(host="10.0.0.10")),
+        ("settings.json", _client(url)),
+    )
+    assert [i for i, _ in found] == expected, found
+
+
+def test_a_unit_on_its_own_address_named_by_the_line_s_host_name() -> None:
+    """`server gpu1 gpu1:8080` (a name) in front of a unit of gpu1 listening on its address: the
+    file's host says it is that server; a unit of another host is not."""
+    pool = ("lb:/etc/haproxy/haproxy.cfg", _POOL_AT.format(bind="*:8443", server="gpu1:8080"))
+    plain = _TLS_UNIT.replace(" --ssl-key-file /k --ssl-cert-file /c", "")
+    found = _check(
+        pool,
+        ("gpu1:/etc/systemd/system/llama-server-main.service", plain.format(host="10.0.0.10")),
+    )
+    assert [i for i, _ in found] == ["HP001"], found
+    found = _check(
+        pool,
+        ("gpu2:/etc/systemd/system/llama-server-main.service", plain.format(host="10.0.0.11")),
+    )
+    assert found == []

@@ -317,18 +317,24 @@ def _host_marks(path: str) -> tuple[str | None, set[str]]:
 
 
 def _is_host(cfg: ServerConfig, srv: Server) -> bool | None:
-    """Whether ``cfg`` runs on the host of pool server line ``srv``: True when its file says so
-    (``HOST:/path``, a directory named after the server, its own address), False when it names
-    another host, None when it does not say."""
+    """Whether ``cfg`` runs on the host of pool server line ``srv``: True when it listens on the
+    line's address or its file names the line's host (``HOST:/path``, a directory named after
+    it), False when it names another host or listens on another address, None when nothing
+    says."""
     names = {srv.name.lower(), srv.host.lower().strip("[]")}
     explicit, dirs = _host_marks(cfg.path)
-    for listen, _ in _addresses(cfg):
-        h = listen.strip("[]").lower()
-        if not is_any_address(h) and not is_loopback(h):
-            return h in names
+    specific = {
+        h.strip("[]").lower()
+        for h, _ in _addresses(cfg)
+        if not is_any_address(h) and not is_loopback(h)
+    }
+    if names & specific:
+        return True
     if explicit is not None:
         return explicit in names
-    return True if names & dirs else None
+    if names & dirs:
+        return True
+    return False if specific else None
 
 
 def pool_backend_servers(ctx: Context, srv: Server) -> list[ServerConfig]:
@@ -472,7 +478,23 @@ def _bind_reaches(ctx: Context, cfg: HAProxyConfig, bind: Bind, url: ClientURL) 
         return url.host not in own
     if is_loopback(h) and is_loopback(url.host):
         return True
-    return h == url.host
+    if h == url.host:
+        return True
+    # a name against an address (or the other way round) cannot be compared without resolving
+    # it: a VIP's or an alias's name is the pool's, unless a checked server listens there
+    return _is_ip(h) != _is_ip(url.host) and not any(
+        _matches(url.host, url.port, s) for s in ctx.all_servers
+    )
+
+
+def _is_ip(host: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
 
 
 def pool_route(ctx: Context, c: Client) -> PoolRoute | None:
