@@ -7,8 +7,9 @@ audit.yml, per host: the users whose settings are read (`llamafleet_audit_users`
 user's Claude Code talks to (`llamafleet_audit_fleet`, `llamafleet_audit_clients`), the items of the
 one `llamafleet_check` task (`llamafleet_audit_items`: each unit with its facts; each user's
 settings with the managed settings and every unit of their server) and the host's part of the report
-(`llamafleet_audit_host_report`); for the fleet: the report (`llamafleet_audit_report`) and what
-`audit_fail_on` fails on (`llamafleet_audit_failing`).
+(`llamafleet_audit_host_report`); per pool host (llama_pools): its URL and each backend's state
+in HAProxy (`llamafleet_audit_pool`); for the fleet: the report (`llamafleet_audit_report`) and
+what `audit_fail_on` fails on (`llamafleet_audit_failing`).
 
 The texts come from managed hosts: nothing they name is opened on the controller."""
 
@@ -525,29 +526,106 @@ def llamafleet_audit_host_report(seen: Mapping[str, Any], checks: Any) -> dict[s
     }
 
 
+# ------------------------------------------------------------------------------ audit: pools
+
+
+def _pool_url(seen: Mapping[str, Any]) -> str:
+    """The pool's URL as its clients use it: the bind address, or the pool host's ansible_host
+    (else its name) for a wildcard bind; 127.0.0.1 for a loopback bind."""
+    _need_llamafleet()
+    from llamafleet.rules.server import address_kind
+
+    bind = str(seen.get("bind") or "").strip()
+    kind = address_kind(bind)
+    if kind == "any":
+        address = str(seen.get("ansible_host") or seen.get("host") or "?")
+    elif kind == "loopback":
+        address = "127.0.0.1"
+    else:
+        address = bind.strip("[]")
+    if ":" in address:
+        address = f"[{address}]"
+    scheme = "https" if seen.get("tls") else "http"
+    return f"{scheme}://{address}:{seen.get('port')}"
+
+
+def llamafleet_audit_pool(seen: Mapping[str, Any]) -> dict[str, Any]:
+    """One pool host's part of the fleet report. ``seen``: ``host``, ``bind``, ``port``,
+    ``tls``, ``ansible_host`` (the llama_pool settings of the host), ``backends`` (the
+    llama_pool role's resolved backends: name, address, port), ``states`` (a loop of the
+    read-only llama_pool_server module over them: status, admin, scur, check, found) and
+    ``health`` (the pool's own /health, a uri result). Each backend: its HAProxy status (UP,
+    DOWN, MAINT, DRAIN, ... as ``show stat`` says it), admin state (ready, drain, maint), current
+    sessions, last check, and ``up``: whether it takes requests (status UP and admin ready);
+    ``not_up`` names the others."""
+    states = {}
+    for r in _results(seen.get("states")):
+        b = r.get("_b") if isinstance(r, Mapping) else None
+        if isinstance(b, Mapping):
+            states[str(b.get("name"))] = r
+    backends = []
+    for b in seen.get("backends") or []:
+        name = str(b.get("name"))
+        r = states.get(name) or {}
+        found = bool(r.get("found")) and not r.get("failed")
+        status = str(r.get("status") or "") if found else ""
+        admin = str(r.get("admin") or "") if found else ""
+        if not found:
+            status = "not in HAProxy" if r.get("found") is False else "unknown"
+        backends.append(
+            {
+                "name": name,
+                "address": f"{b.get('address')}:{b.get('port')}",
+                "status": status or "unknown",
+                "admin": admin or "-",
+                "sessions": int(r.get("scur") or 0) if found else 0,
+                "check": str(r.get("check") or r.get("msg") or ""),
+                "up": found and status.startswith("UP") and admin == "ready",
+            }
+        )
+    return {
+        "host": str(seen.get("host") or "?"),
+        "url": _pool_url(seen),
+        "health": _health(seen.get("health")),
+        "backends": backends,
+        "not_up": [b["name"] for b in backends if not b["up"]],
+    }
+
+
 # ------------------------------------------------------------------------------ audit: fleet
 
 
 def llamafleet_audit_report(
-    hostvars: Mapping[str, Any], servers: Iterable[str], clients: Iterable[str]
+    hostvars: Mapping[str, Any],
+    servers: Iterable[str],
+    clients: Iterable[str],
+    pools: Iterable[str] = (),
 ) -> dict[str, Any]:
     """The fleet report: ``hosts`` (each reached host's ``audit_host_report``, the llama-server
-    hosts first, in inventory order) and ``unreached`` (the hosts without one)."""
+    hosts first, in inventory order), ``pools`` (each reached pool host's
+    ``audit_pool_report``) and ``unreached`` (the hosts without one)."""
     everyone = list(dict.fromkeys([*(servers or []), *(clients or [])]))
-    hosts, unreached = [], []
+    hosts, unreached, pool_reports = [], [], []
     for name in everyone:
         report = (hostvars.get(name) or {}).get("audit_host_report")
         if isinstance(report, Mapping):
             hosts.append(dict(report))
         else:
             unreached.append(name)
-    return {"hosts": hosts, "unreached": unreached}
+    for name in pools or []:
+        report = (hostvars.get(name) or {}).get("audit_pool_report")
+        if isinstance(report, Mapping):
+            pool_reports.append(dict(report))
+        elif name not in unreached:
+            unreached.append(name)
+    return {"hosts": hosts, "pools": pool_reports, "unreached": unreached}
 
 
 def llamafleet_audit_failing(report: Mapping[str, Any], fail_on: str = "none") -> list[str]:
     """What ``audit_fail_on`` fails the audit on, one line each: a unit that does not answer
-    /health with ok, a finding of that severity or worse, a file not read, a host not reached.
-    ``none``: nothing."""
+    /health with ok, a finding of that severity or worse, a file not read, a pool whose /health
+    is not ok or a backend of it that does not take requests (not UP, or drained, in
+    maintenance), a host not reached. ``none``: nothing."""
     if fail_on not in SEVERITY_LEVELS:
         _fail(f"audit_fail_on={fail_on}: use error, warning, info or none.")
     levels = SEVERITY_LEVELS[fail_on]
@@ -571,6 +649,15 @@ def llamafleet_audit_failing(report: Mapping[str, Any], fail_on: str = "none") -
                 if f["severity"] in levels
             ]
         out += [f"{host}: {r}" for r in h.get("refused") or []]
+    for p in report.get("pools") or []:
+        if p.get("health") != "ok":
+            out.append(f"pool {p['host']} {p['url']}: /health {p['health']}")
+        out += [
+            f"pool {p['host']} backend {b['name']}: {b['status']}, admin {b['admin']}"
+            + (f", check {b['check']}" if b.get("check") else "")
+            for b in p.get("backends") or []
+            if not b.get("up")
+        ]
     out += [f"{u}: not reached" for u in report.get("unreached") or []]
     return out
 
@@ -587,6 +674,7 @@ class FilterModule:
             "llamafleet_audit_clients": llamafleet_audit_clients,
             "llamafleet_audit_items": llamafleet_audit_items,
             "llamafleet_audit_host_report": llamafleet_audit_host_report,
+            "llamafleet_audit_pool": llamafleet_audit_pool,
             "llamafleet_audit_report": llamafleet_audit_report,
             "llamafleet_audit_failing": llamafleet_audit_failing,
         }

@@ -83,7 +83,8 @@ def test_the_pool_key_is_not_on_the_pool_host(host, pool_key):
     cfg = host.file("/etc/haproxy/haproxy.cfg").content_string
     assert "sha2(256),hex" in cfg
     assert pool_key not in cfg
-    # nowhere under /etc, /run, /var/lib or root's home
+    # nowhere under /etc, /run, /var/lib or root's home (only in the settings of the pool's Claude
+    # Code user on this host, /home/dev, as on any client: see test_pool_client.py)
     found = host.run(f"grep -rlF -D skip {shlex.quote(pool_key)} /etc /run /var/lib /root")
     assert found.stdout.strip() == "", found.stdout
 
