@@ -54,6 +54,8 @@ lint: $(VENV)/.stamp
 	$(BIN)/ansible-lint --offline
 
 unit: $(VENV)/.stamp
+	# promtool and mtail for the monitoring role's rule and mtail tests (from the Debian packages)
+	testbed/prom-tools.sh >/dev/null
 	(cd validator && $(BIN)/python -m pytest -q -p no:cacheprovider)
 
 molecule: bootstrap

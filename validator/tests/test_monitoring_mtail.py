@@ -1,0 +1,179 @@
+"""The monitoring role's mtail program, run by the real mtail (Debian's 3.0.0~rc50, as the role
+installs it) on a real llama-server log: the fork's build 9079 serving requests that share a
+prompt prefix, two at once on two slots, its stderr rendered by the real journalctl as the role's
+unit reads it (``--output=with-unit``), captured by tools/capture_server_log.py.
+
+Its counters must agree with the server itself: tokens evaluated with llama-server's own
+``llamacpp:prompt_tokens_total``, tokens served from the cache with the requests' own
+``timings.cache_n``. The role's compile check (its ``validate:``) must refuse a broken program.
+
+mtail comes from PATH or from ``$LLAMAFLEET_CACHE/tools/bin`` (testbed/prom-tools.sh, run by
+``make unit``); without it these tests are skipped, except under CI (CI=true), where they fail."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+ROLE = REPO / "roles" / "monitoring"
+PROGRAM = ROLE / "files" / "llama-server.mtail"
+FIXTURES = Path(__file__).parent / "fixtures" / "monitoring"
+STEM = "fork-b9079"
+
+
+def tool(name: str) -> str:
+    found = shutil.which(name)
+    if found:
+        return found
+    cache = Path(os.environ.get("LLAMAFLEET_CACHE", "/var/cache/llamafleet")) / "tools" / "bin"
+    if (cache / name).is_file():
+        return str(cache / name)
+    why = f"{name} not found on PATH nor in {cache}: run testbed/prom-tools.sh (make unit does)"
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+def one_shot(log: Path, tmp: Path) -> dict[tuple[str, str], float]:
+    """The program's counters after reading ``log`` from start to end (mtail --one_shot)."""
+    mtail = tool("mtail")
+    progs = tmp / "progs"
+    progs.mkdir(exist_ok=True)
+    shutil.copy(PROGRAM, progs / PROGRAM.name)
+    out = subprocess.run(
+        [
+            mtail,
+            "--one_shot",
+            "--one_shot_format",
+            "prometheus",
+            "--emit_prog_label=false",
+            "--address",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--progs",
+            str(progs),
+            "--logs",
+            str(log),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    found: dict[tuple[str, str], float] = {}
+    for line in out.stdout.splitlines():
+        m = re.match(r'(llama_server_\w+)\{llama_instance="([^"]*)"\} (\S+)$', line)
+        if m:
+            found[(m.group(1), m.group(2))] = float(m.group(3))
+    return found
+
+
+def _server_counter(name: str) -> float:
+    text = (FIXTURES / f"{STEM}.metrics.txt").read_text()
+    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+    assert m, name
+    return float(m.group(1))
+
+
+def test_the_fixture_is_a_real_journal_of_shared_prefix_requests() -> None:
+    journal = (FIXTURES / f"{STEM}.journal.txt").read_text().splitlines()
+    assert all(" llama-server-main.service[" in line for line in journal)
+    requests = json.loads((FIXTURES / f"{STEM}.requests.json").read_text())
+    assert len(requests) == 6
+    assert sum(r["cache_n"] for r in requests) > 0, "some requests reused the prefix"
+    # two slots at once: a second request started before the first one's timing lines
+    events = [line for line in journal if "new prompt" in line or "print_timing" in line]
+    assert any("new prompt" in a and "new prompt" in b for a, b in itertools.pairwise(events)), (
+        "no two requests in flight at once"
+    )
+
+
+def test_mtail_counts_agree_with_the_server(tmp_path: Path) -> None:
+    found = one_shot(FIXTURES / f"{STEM}.journal.txt", tmp_path)
+    requests = json.loads((FIXTURES / f"{STEM}.requests.json").read_text())
+    evaluated = found[("llama_server_prompt_tokens_evaluated_total", "main")]
+    cached = found[("llama_server_prompt_tokens_cached_total", "main")]
+    received = found[("llama_server_prompt_tokens_received_total", "main")]
+    # llama-server's own counter of evaluated prompt tokens
+    assert evaluated == _server_counter("llamacpp:prompt_tokens_total")
+    # each request's own figures (the answer's timings)
+    assert evaluated == sum(r["prompt_n"] for r in requests)
+    assert cached == sum(r["cache_n"] for r in requests)
+    assert received == evaluated + cached
+    assert found[("llama_server_prompt_requests_total", "main")] == len(requests)
+
+
+def test_instances_are_counted_apart(tmp_path: Path) -> None:
+    """Two instances' lines interleaved line by line (and a line of another unit): each keeps its
+    own counts, as when journalctl follows every instance of a host."""
+    lines = (FIXTURES / f"{STEM}.journal.txt").read_text().splitlines()
+    other = [
+        line.replace(" llama-server-main.service[", " llama-server-second.service[")
+        for line in lines
+    ]
+    mixed: list[str] = []
+    for a, b in zip(lines, other, strict=True):
+        mixed += [a, b]
+    mixed.append(
+        "Tue 2026-12-01 02:08:27 UTC lf-server init.scope[1]: "
+        "prompt eval time =  1.00 ms /  9 tokens"
+    )
+    log = tmp_path / "mixed.txt"
+    log.write_text("\n".join(mixed) + "\n")
+    found = one_shot(log, tmp_path)
+    alone = one_shot(FIXTURES / f"{STEM}.journal.txt", tmp_path)
+    for name in ("received", "evaluated", "cached"):
+        key = f"llama_server_prompt_tokens_{name}_total"
+        assert found[(key, "main")] == found[(key, "second")] == alone[(key, "main")]
+
+
+def test_a_request_whose_start_was_not_seen_is_not_counted(tmp_path: Path) -> None:
+    """mtail started while a request was being answered: its timing lines alone count nothing
+    (no negative cached count)."""
+    lines = (FIXTURES / f"{STEM}.journal.txt").read_text().splitlines()
+    first = next(i for i, line in enumerate(lines) if "new prompt" in line)
+    log = tmp_path / "late.txt"
+    log.write_text("\n".join(lines[first + 1 :]) + "\n")
+    found = one_shot(log, tmp_path)
+    requests = json.loads((FIXTURES / f"{STEM}.requests.json").read_text())
+    assert found[("llama_server_prompt_requests_total", "main")] == len(requests) - 1
+    assert found[("llama_server_prompt_tokens_cached_total", "main")] == sum(
+        r["cache_n"] for r in requests[1:]
+    )
+
+
+def _validate_argv(program: Path) -> list[str]:
+    """The role's validate: command for the program (vars/main.yml), with ``/usr/bin/mtail`` as
+    the mtail found here."""
+    text = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["_monitoring_mtail_validate"]
+    text = text.replace("/usr/bin/mtail", tool("mtail"))
+    assert text.count("%s") == 1
+    return shlex.split(text.replace("%s", shlex.quote(str(program))))
+
+
+def test_the_roles_compile_check_refuses_a_broken_program(tmp_path: Path) -> None:
+    # a temporary name without the .mtail suffix, as Ansible's validate: gets
+    good = tmp_path / "tmpAbC123"
+    shutil.copy(PROGRAM, good)
+    ok = subprocess.run(
+        _validate_argv(good), capture_output=True, text=True, check=False, timeout=60
+    )
+    assert ok.returncode == 0, ok.stderr
+    broken = tmp_path / "tmpXyZ789"
+    broken.write_text(PROGRAM.read_text().replace("del llama_server_slot_prompt_tokens", "del {"))
+    bad = subprocess.run(
+        _validate_argv(broken), capture_output=True, text=True, check=False, timeout=60
+    )
+    assert bad.returncode != 0
+    assert "compile failed" in bad.stderr
