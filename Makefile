@@ -1,6 +1,7 @@
 # llamafleet: the two commands of the README, and their parts.
 #   make site   provision the local test host with the whole site (CPU build, tiny model)
 #   make test   lint + unit tests + Molecule scenarios on real systemd test hosts
+#   make fleet-sim SIZES=5,10,25,50   time playbooks/rollout.yml on N test hosts (docs/scale.md)
 SHELL := /bin/bash
 .ONESHELL:
 .SHELLFLAGS := -euo pipefail -c
@@ -16,7 +17,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 TESTHOST := testbed/testhost.sh
 
-.PHONY: help bootstrap site site-down test lint unit molecule bench clean
+.PHONY: help bootstrap site site-down test lint unit molecule bench clean fleet-sim
 
 help:
 	@sed -n '2,4p' Makefile
@@ -55,7 +56,7 @@ lint: $(VENV)/.stamp
 
 unit: $(VENV)/.stamp
 	# promtool and mtail for the monitoring role's rule and mtail tests (from the Debian packages)
-	testbed/prom-tools.sh >/dev/null
+	testbed/unit-tools.sh >/dev/null
 	(cd validator && $(BIN)/python -m pytest -q -p no:cacheprovider)
 
 molecule: bootstrap
@@ -64,6 +65,14 @@ molecule: bootstrap
 	$(BIN)/molecule test -s cuda
 	$(BIN)/molecule test -s fleet
 	$(BIN)/molecule test -s pool
+
+# The rollout at scale (docs/scale.md): N test hosts per size, each variant measured on fresh hosts;
+# results, logs, table.md and fleet-sim.png in .cache/fleet-sim. SIZES=5 (the default) fits CI.
+SIZES ?= 5
+VARIANTS ?= baseline
+fleet-sim: bootstrap
+	$(BIN)/pip install --quiet matplotlib || echo "fleet-sim: no matplotlib, the table only"
+	testbed/fleet-sim --sizes $(SIZES) $(foreach v,$(VARIANTS),--variant $(v))
 
 bench: $(VENV)/.stamp
 	$(BIN)/python validator/tools/bench.py 1000

@@ -22,6 +22,23 @@ from llamafleet.cli import main
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
+def tool(name: str) -> str:
+    """The path of a program the tests run besides Python (promtool, mtail, haproxy): PATH, then
+    ``$LLAMAFLEET_CACHE/tools/bin``, which testbed/unit-tools.sh fills from the Debian packages
+    (``make unit`` runs it). Without it the test is skipped, saying why; under CI (CI=true) it
+    fails instead, so CI never passes a test it did not run."""
+    found = shutil.which(name)
+    if found:
+        return found
+    cache = Path(os.environ.get("LLAMAFLEET_CACHE", "/var/cache/llamafleet")) / "tools" / "bin"
+    if (cache / name).is_file():
+        return str(cache / name)
+    why = f"{name} not found on PATH nor in {cache}: run testbed/unit-tools.sh (make unit does)"
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(why)
+    pytest.skip(why)
+
+
 @dataclass
 class CliResult:
     code: int

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import load_ansible_plugin
+from conftest import load_ansible_plugin, tool
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "llama_pool"
@@ -333,6 +333,28 @@ def test_the_units_networks(pool: ModuleType, filter_error: type[Exception]) -> 
     assert pool.ip_allow(["any"], "0.0.0.0", named) == ["any"]
 
 
+def test_the_scrapers_of_the_exporter(pool: ModuleType, filter_error: type[Exception]) -> None:
+    """The monitoring hosts that may read HAProxy's Prometheus exporter: by address only (the
+    frontend's src ACL and the unit's IPAddressAllow= both filter by address)."""
+    hostvars = {
+        "mon1": {"ansible_host": "10.0.0.7"},
+        "mon2": {"ansible_default_ipv4": {"address": "10.0.0.8"}},
+        "mon3": {"ansible_host": "10.0.0.7"},
+    }
+    assert pool.scrapers(["mon1", "mon2", "mon3"], hostvars) == ["10.0.0.7", "10.0.0.8"]
+    assert pool.scrapers([], hostvars) == []
+    with pytest.raises(filter_error, match=r"mon4: reached at 'mon4\.example\.org', a name"):
+        pool.scrapers(["mon4"], {"mon4": {"ansible_host": "mon4.example.org"}})
+    assert pool.prometheus_allow(["10.0.0.7", "10.0.0.0/24", "[fd00::9]"]) == [
+        "10.0.0.7",
+        "10.0.0.0/24",
+        "fd00::9",
+    ]
+    for bad in ("any", "10.0.0.7 10.0.0.8", "mon.example.org"):
+        with pytest.raises(filter_error, match="llama_pool_prometheus_allow"):
+            pool.prometheus_allow([bad])
+
+
 def test_haproxy_addresses(pool: ModuleType, filter_error: type[Exception]) -> None:
     assert pool.bind_address("0.0.0.0", 8443) == "0.0.0.0:8443"
     assert pool.bind_address("::", "8443") == ":::8443"
@@ -424,9 +446,10 @@ def test_roundrobin_and_no_key(pool: ModuleType) -> None:
     assert "set-header" not in text
 
 
-@pytest.mark.skipif(shutil.which("haproxy") is None, reason="HAProxy is not installed here")
 def test_haproxy_accepts_the_configuration(pool: ModuleType, tmp_path: Path) -> None:
-    """`haproxy -c` (the role's validate:) on the rendered file, with real certificates."""
+    """`haproxy -c` (the role's validate:) on the rendered file, with real certificates; HAProxy
+    2.6 from the Debian package the role installs (testbed/unit-tools.sh)."""
+    haproxy = tool("haproxy")
     subprocess.run(
         [
             "openssl",
@@ -457,7 +480,11 @@ def test_haproxy_accepts_the_configuration(pool: ModuleType, tmp_path: Path) -> 
         _llama_pool_cert=str(tmp_path / "pool.pem"),
         _llama_pool_backend_ca_dir=str(tmp_path),
         llama_pool_stats_socket=str(tmp_path / "s"),
+        # the Prometheus exporter frontend too (HAProxy's use-service prometheus-exporter)
+        _llama_pool_prometheus_bind="127.0.0.1:8405",
+        _llama_pool_scrapers=["10.0.0.9", "fd00::9"],
     )
+    assert "use-service prometheus-exporter" in text
     cfg = tmp_path / "haproxy.cfg"
     # (the chroot directory and the haproxy account come with the package; not needed to check)
     lines = [
@@ -467,7 +494,7 @@ def test_haproxy_accepts_the_configuration(pool: ModuleType, tmp_path: Path) -> 
     ]
     cfg.write_text("\n".join(lines) + "\n")
     done = subprocess.run(
-        ["haproxy", "-c", "-f", str(cfg)], capture_output=True, text=True, check=False
+        [haproxy, "-c", "-f", str(cfg)], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stdout + done.stderr
 

@@ -7,41 +7,28 @@ Its counters must agree with the server itself: tokens evaluated with llama-serv
 ``llamacpp:prompt_tokens_total``, tokens served from the cache with the requests' own
 ``timings.cache_n``. The role's compile check (its ``validate:``) must refuse a broken program.
 
-mtail comes from PATH or from ``$LLAMAFLEET_CACHE/tools/bin`` (testbed/prom-tools.sh, run by
+mtail comes from PATH or from ``$LLAMAFLEET_CACHE/tools/bin`` (testbed/unit-tools.sh, run by
 ``make unit``); without it these tests are skipped, except under CI (CI=true), where they fail."""
 
 from __future__ import annotations
 
 import itertools
 import json
-import os
 import re
 import shlex
 import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
+
+from conftest import tool
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "monitoring"
 PROGRAM = ROLE / "files" / "llama-server.mtail"
 FIXTURES = Path(__file__).parent / "fixtures" / "monitoring"
 STEM = "fork-b9079"
-
-
-def tool(name: str) -> str:
-    found = shutil.which(name)
-    if found:
-        return found
-    cache = Path(os.environ.get("LLAMAFLEET_CACHE", "/var/cache/llamafleet")) / "tools" / "bin"
-    if (cache / name).is_file():
-        return str(cache / name)
-    why = f"{name} not found on PATH nor in {cache}: run testbed/prom-tools.sh (make unit does)"
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(why)
-    pytest.skip(why)
 
 
 def one_shot(log: Path, tmp: Path) -> dict[tuple[str, str], float]:

@@ -4,13 +4,12 @@ built from them and accepted by the real promtool (the key only as a credentials
 networks, and the recording and alerting rules checked and unit-tested with `promtool check rules`
 and `promtool test rules` (series in, alerts out: tests/fixtures/monitoring/rules-tests.yml).
 
-promtool comes from PATH or from ``$LLAMAFLEET_CACHE/tools/bin`` (testbed/prom-tools.sh, run by
+promtool comes from PATH or from ``$LLAMAFLEET_CACHE/tools/bin`` (testbed/unit-tools.sh, run by
 ``make unit``); without it the promtool tests are skipped, except under CI (CI=true), where they
 fail."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import load_ansible_plugin
+from conftest import load_ansible_plugin, tool
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "monitoring"
@@ -47,21 +46,6 @@ PROM_SETTINGS = {
     "credentials_dir": "/run/credentials/prometheus.service",
     "ca_dir": "/etc/prometheus/llamafleet-ca",
 }
-
-
-def tool(name: str) -> str:
-    """The path of ``name`` (PATH, then the cache testbed/prom-tools.sh fills); a skip that says
-    why without it, a failure under CI."""
-    found = shutil.which(name)
-    if found:
-        return found
-    cache = Path(os.environ.get("LLAMAFLEET_CACHE", "/var/cache/llamafleet")) / "tools" / "bin"
-    if (cache / name).is_file():
-        return str(cache / name)
-    why = f"{name} not found on PATH nor in {cache}: run testbed/prom-tools.sh (make unit does)"
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(why)
-    pytest.skip(why)
 
 
 @pytest.fixture(scope="module")

@@ -428,6 +428,49 @@ def ip_allow(networks: Any, bind: Any, pool_backends: Iterable[Mapping[str, Any]
     return out
 
 
+def scrapers(names: Any, hostvars: Mapping[str, Any]) -> list[str]:
+    """The addresses of the hosts ``names`` (the monitoring group) that may read HAProxy's
+    Prometheus exporter: each host's ``ansible_host``, else its gathered default IPv4 address,
+    else its inventory name. Names are refused: the unit and the exporter's ACL filter by
+    address."""
+    if isinstance(names, (str, bytes)) or not isinstance(names, (list, tuple)):
+        _fail(f"the monitoring hosts must be a list of inventory names; got {names!r}")
+    out: list[str] = []
+    for name in names:
+        hv = hostvars.get(str(name), {})
+        address = str(
+            hv.get("ansible_host") or (hv.get("ansible_default_ipv4") or {}).get("address") or name
+        )
+        if not _is_ip(address):
+            _fail(
+                f"{name}: reached at {address!r}, a name: HAProxy's exporter lets scrapers in by "
+                "address; set ansible_host to the monitoring host's IP address, or list the "
+                "scrapers' addresses in llama_pool_prometheus_allow"
+            )
+        text = address.strip("[]")
+        if text not in out:
+            out.append(text)
+    return out
+
+
+def prometheus_allow(networks: Any) -> list[str]:
+    """llama_pool_prometheus_allow checked: addresses or CIDR ranges (the exporter frontend's
+    ``src`` ACL and IPAddressAllow= of the unit)."""
+    if isinstance(networks, (str, bytes)) or not isinstance(networks, (list, tuple)):
+        _fail(f"llama_pool_prometheus_allow must be a list such as ['10.0.0.7']; got {networks!r}")
+    out: list[str] = []
+    for net in networks:
+        text = str(net).strip().strip("[]")
+        if text in ("any", "localhost", "link-local", "multicast") or not _IP_ALLOW.match(text):
+            _fail(
+                f"llama_pool_prometheus_allow: {net!r} is not an address or a CIDR range "
+                "(10.0.0.7, 10.0.0.0/24, fd00::/8)"
+            )
+        if text not in out:
+            out.append(text)
+    return out
+
+
 def bind_address(bind: Any, port: Any) -> str:
     """HAProxy's ``bind`` address: ``ADDR:PORT`` (IPv6 without brackets: ``:::8443``)."""
     text = str(bind).strip().strip("[]")
@@ -479,6 +522,8 @@ class FilterModule:
             "llama_pool_client_key_file": client_key_file,
             "llama_pool_ip_allow": ip_allow,
             "llama_pool_bind_address": bind_address,
+            "llama_pool_scrapers": scrapers,
+            "llama_pool_prometheus_allow": prometheus_allow,
             "llama_pool_server_address": server_address,
             "llama_pool_tls_on": tls_on,
             "llama_pool_exposure_score": exposure_score,
