@@ -11,6 +11,7 @@ cache (what the rollout's prompt-cache gate measures; never above 100 %).
 
     pool-load.py run --url https://10.131.7.51:8443 --ca-file ca.pem --key-file pool.key \\
         --conversations 6 --turns 5 --json out.json [--state conv.json] [--stop-file PATH]
+        [--system shared --new-session-every-turn [--attribution-header]]
     pool-load.py compare affinity.json roundrobin.json [--json summary.json]
     pool-load.py moved before.json after.json --stopped HOST [--json summary.json]
 
@@ -19,11 +20,22 @@ when --stop-file exists (after the turns in flight). It talks only to private or
 addresses (test hosts) unless --any-host. The key is read from a file, never from the command
 line. With --state, the conversations are read from and written back to that file, so a second
 run continues them (the same sessions, their prompts grown further).
+
+Many short sessions of one client (`claude -p` from scripts): --system shared gives every session
+the same system text (Claude Code's system prompt and tools are the same for every session of one
+version and settings), --new-session-every-turn makes every turn a new session, and
+--attribution-header puts before it the block Claude Code 2.1.197 sends unless
+CLAUDE_CODE_ATTRIBUTION_HEADER=0: `x-anthropic-billing-header: cc_version=<ver>.<hash>; ...` with a
+hash of the session's first user message, so no two sessions share more than its first ~47
+characters. This stands for the real client's header (its hash is not computed as Claude Code
+computes it, only changed as often); it shows what the header does to a server's prompt cache,
+not the rest of Claude Code's prompt.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import http.client
 import ipaddress
 import json
@@ -70,11 +82,12 @@ class Conversation:
     """One Claude-Code-like conversation: a session id, a system text unique to it (a random tag
     first, so two conversations share no prefix), and its messages so far."""
 
-    def __init__(self, index: int, seed: int, prompt_tokens: int) -> None:
+    def __init__(self, index: int, seed: int, prompt_tokens: int, shared: str = "") -> None:
         self.index = index
         self.rng = random.Random(f"{seed}-{index}")
+        self.shared = shared
         self.session = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
-        self.system = f"Conversation {self.session}.\n" + _words(self.rng, prompt_tokens)
+        self.system = shared or f"Conversation {self.session}.\n" + _words(self.rng, prompt_tokens)
         self.messages: list[dict[str, str]] = []
         self.turn = 0
         self.prev_total = 0  # prompt + answer of the last request that succeeded
@@ -85,7 +98,9 @@ class Conversation:
         """A new session (the prompt reached --max-prompt-tokens): as a user starting over."""
         self.resets += 1
         self.session = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
-        self.system = f"Conversation {self.session}.\n" + _words(self.rng, prompt_tokens)
+        self.system = self.shared or f"Conversation {self.session}.\n" + _words(
+            self.rng, prompt_tokens
+        )
         self.messages = []
         self.turn = 0
         self.prev_total = 0
@@ -101,6 +116,7 @@ class Conversation:
             "prev_total": self.prev_total,
             "backend": self.backend,
             "resets": self.resets,
+            "shared": self.shared,
         }
 
     @classmethod
@@ -109,6 +125,7 @@ class Conversation:
         conv.index = int(data["index"])
         conv.rng = random.Random(f"{seed}-{conv.index}-{data['session']}-{data['turn']}")
         conv.resets = int(data.get("resets", 0))
+        conv.shared = str(data.get("shared", ""))
         conv.session = str(data["session"])
         conv.system = str(data["system"])
         conv.messages = list(data["messages"])
@@ -140,6 +157,7 @@ class Client:
         self.auth = args.auth
         self.model = args.model
         self.stream = not args.no_stream
+        self.attribution_header = bool(getattr(args, "attribution_header", False))
         self.timeout = args.timeout
         self.max_tokens = args.max_tokens
         self.context = None
@@ -153,12 +171,24 @@ class Client:
             )
         return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
 
+    def system_blocks(self, conv: Conversation) -> list[dict[str, str]]:
+        blocks = [{"type": "text", "text": conv.system}]
+        if self.attribution_header and conv.messages:
+            first = str(conv.messages[0]["content"])
+            h = hashlib.sha256(first.encode()).hexdigest()
+            header = (
+                f"x-anthropic-billing-header: cc_version=2.1.197.{h[:3]}; "
+                f"cc_entrypoint=cli; cch={h[3:8]};"
+            )
+            blocks.insert(0, {"type": "text", "text": header})
+        return blocks
+
     def send(self, conv: Conversation) -> dict[str, Any]:
         body = {
             "model": self.model,
             "max_tokens": self.max_tokens,
             "stream": self.stream,
-            "system": [{"type": "text", "text": conv.system}],
+            "system": self.system_blocks(conv),
             "messages": conv.messages,
         }
         headers = {
@@ -233,7 +263,9 @@ def _read_stream(resp: http.client.HTTPResponse) -> dict[str, Any]:
 def _turn(
     conv: Conversation, client: Client, args: argparse.Namespace, t0: float
 ) -> dict[str, Any]:
-    if args.max_prompt_tokens and conv.prev_total > args.max_prompt_tokens:
+    if (args.max_prompt_tokens and conv.prev_total > args.max_prompt_tokens) or (
+        getattr(args, "new_session_every_turn", False) and conv.turn > 0
+    ):
         conv.reset(args.prompt_tokens)
     conv.turn += 1
     question = f"Turn {conv.turn}: " + _words(conv.rng, args.turn_tokens)
@@ -285,7 +317,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     if state is not None and state.exists():
         convs = [Conversation.from_json(c, args.seed) for c in json.loads(state.read_text())]
     else:
-        convs = [Conversation(i, args.seed, args.prompt_tokens) for i in range(args.conversations)]
+        shared = ""
+        if args.system == "shared":
+            # one system text for every session, as one client version's prompt and tools
+            shared = "You are a coding agent.\n" + _words(
+                random.Random(f"{args.seed}-system"), args.prompt_tokens
+            )
+        convs = [
+            Conversation(i, args.seed, args.prompt_tokens, shared)
+            for i in range(args.conversations)
+        ]
     records: list[dict[str, Any]] = []
     lock = threading.Lock()
     t0 = time.monotonic()
@@ -348,7 +389,25 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "reuse_same_backend": _stats(same),
         "moves": len(moved),
         "prompt_tokens_max": max((r["prompt_tokens"] for r in ok), default=0),
+        # what the servers said they did: per backend, prompt tokens read from the cache and
+        # evaluated (the usage of each answer), and the share read from the cache
+        "tokens": _tokens(ok),
     }
+
+
+def _tokens(ok: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in [*sorted({r["backend"] or "-" for r in ok}), "all"]:
+        mine = [r for r in ok if name in ("all", r["backend"] or "-")]
+        cached = sum(int(r["cache_read_input_tokens"]) for r in mine)
+        evaluated = sum(int(r["input_tokens"]) for r in mine)
+        total = cached + evaluated
+        out[name] = {
+            "cached": cached,
+            "evaluated": evaluated,
+            "ratio": round(cached / total, 4) if total else None,
+        }
+    return out
 
 
 def _pct(v: Any) -> str:
@@ -394,6 +453,12 @@ def print_run(
         f">= 99 %: {_pct(r['at_least_99'])} of {r['count']} turns; "
         f"by backend: {summary['by_backend']}; moves: {summary['moves']}"
     )
+    t = summary["tokens"]["all"] if summary.get("tokens") else None
+    if t:
+        print(
+            f"prompt tokens read from the cache: {t['cached']} of {t['cached'] + t['evaluated']} "
+            f"({_pct(t['ratio'])})"
+        )
     for err in summary["errors"]:
         print(f"  failed: {err}")
     sys.stdout.flush()
@@ -517,6 +582,22 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=0,
         help="start a new session when the prompt grew beyond this (0: never)",
+    )
+    run.add_argument(
+        "--system",
+        choices=["own", "shared"],
+        default="own",
+        help="each conversation its own system text, or one for all (one client's prompt)",
+    )
+    run.add_argument(
+        "--new-session-every-turn",
+        action="store_true",
+        help="every turn a new session (`claude -p` runs), with a new session id",
+    )
+    run.add_argument(
+        "--attribution-header",
+        action="store_true",
+        help="the billing header block Claude Code sends by default, before the system text",
     )
     run.add_argument("--pause", type=float, default=0.2, help="seconds between two turns")
     run.add_argument("--timeout", type=float, default=300.0, help="seconds per request")

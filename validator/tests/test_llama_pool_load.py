@@ -205,6 +205,69 @@ def test_prompts_start_over_past_the_limit(
     assert len(set(sessions)) >= 2 and data["summary"]["failed"] == 0
 
 
+def test_short_sessions_of_one_client_share_the_system_text(
+    load: ModuleType, fake: FakePool, tmp_path: Path
+) -> None:
+    """--system shared --new-session-every-turn: every request a new session (its own id), all
+    with the same system text; the summary's token tally is the sum of the answers' usage."""
+    data = _run(
+        load,
+        fake,
+        tmp_path,
+        "--conversations",
+        "2",
+        "--turns",
+        "3",
+        "--system",
+        "shared",
+        "--new-session-every-turn",
+    )
+    sessions = [r["session"] for r in data["requests"]]
+    assert len(sessions) == 6 and len(set(sessions)) == 6
+    systems = {json.dumps(seen["body"]["system"]) for seen in fake.seen}
+    assert len(systems) == 1
+    assert all(len(seen["body"]["messages"]) == 1 for seen in fake.seen)
+    tokens = data["summary"]["tokens"]
+    assert tokens["all"]["cached"] == sum(r["cache_read_input_tokens"] for r in data["requests"])
+    assert tokens["all"]["evaluated"] == sum(r["input_tokens"] for r in data["requests"])
+    assert (
+        sum(t["evaluated"] for name, t in tokens.items() if name != "all")
+        == (tokens["all"]["evaluated"])
+    )
+
+
+def test_the_attribution_header_differs_per_session_not_per_turn(
+    load: ModuleType, fake: FakePool, tmp_path: Path
+) -> None:
+    """--attribution-header: a first system block as Claude Code 2.1.197 sends it by default,
+    whose hash follows the session's first user message: the same for every turn of a session,
+    another for every session; the shared system text follows it unchanged."""
+    _run(
+        load,
+        fake,
+        tmp_path,
+        "--conversations",
+        "3",
+        "--turns",
+        "2",
+        "--system",
+        "shared",
+        "--attribution-header",
+    )
+    by_session: dict[str, set[str]] = {}
+    rest = set()
+    for seen in fake.seen:
+        blocks = seen["body"]["system"]
+        assert blocks[0]["text"].startswith("x-anthropic-billing-header: cc_version=2.1.197.")
+        by_session.setdefault(seen["headers"]["X-Claude-Code-Session-Id"], set()).add(
+            blocks[0]["text"]
+        )
+        rest.add(blocks[1]["text"])
+    assert len(by_session) == 3 and all(len(h) == 1 for h in by_session.values())
+    assert len({next(iter(h)) for h in by_session.values()}) == 3
+    assert len(rest) == 1
+
+
 def test_a_stop_file_ends_the_run(load: ModuleType, fake: FakePool, tmp_path: Path) -> None:
     stop = tmp_path / "stop"
     stop.touch()
