@@ -740,7 +740,16 @@ def report(out: Path) -> None:
 
 
 def save(out: Path, measurements: list[Measurement], machine: dict[str, Any]) -> None:
-    data = {"machine": machine, "measurements": [asdict(m) for m in measurements]}
+    """Write results.json: the measurements of this run, and those of earlier runs into the same
+    directory for other (N, variant) pairs (a benchmark can be measured in several sittings)."""
+    new = [asdict(m) for m in measurements]
+    done = {(m["n"], m["variant"]) for m in new}
+    try:
+        old = json.loads((out / "results.json").read_text())["measurements"]
+    except (OSError, ValueError, KeyError, TypeError):
+        old = []
+    kept = [m for m in old if (m.get("n"), m.get("variant")) not in done]
+    data = {"machine": machine, "measurements": kept + new}
     tmp = out / "results.json.tmp"
     tmp.write_text(json.dumps(data, indent=2) + "\n")
     tmp.replace(out / "results.json")

@@ -240,3 +240,18 @@ def test_cli_refuses_bad_input_before_touching_hosts() -> None:
         )
         assert proc.returncode == 1
         assert message in proc.stderr
+
+
+def test_results_of_several_sittings_are_merged(tmp_path: Path) -> None:
+    def m(n: int, variant: str, seconds: float) -> Any:
+        run = sim.RunResult("first", seconds, 0, 1.0, 1.0, 1.0, 1.0, n, 0, "log")
+        return sim.Measurement(n, variant, {}, [run], 1.0, False)
+
+    sim.save(tmp_path, [m(5, "baseline", 10.0), m(5, "fast", 5.0)], {"cpus": 2})
+    sim.save(tmp_path, [m(10, "baseline", 20.0), m(5, "fast", 4.0)], {"cpus": 2})
+    got = json.loads((tmp_path / "results.json").read_text())["measurements"]
+    assert sorted((x["n"], x["variant"], x["runs"][0]["seconds"]) for x in got) == [
+        (5, "baseline", 10.0),
+        (5, "fast", 4.0),
+        (10, "baseline", 20.0),
+    ]
