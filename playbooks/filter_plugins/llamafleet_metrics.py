@@ -1,5 +1,6 @@
 """Filters for the audit's Prometheus part (audit.yml, when a monitoring host exists): the PromQL
-queries it sends to the monitoring role's Prometheus (`llamafleet_metrics_queries`) and the
+queries it sends to the monitoring role's Prometheus (`llamafleet_metrics_queries`, at
+`llamafleet_prometheus_url`) and the
 report rows made of their answers (`llamafleet_audit_metrics`): per llama-server instance, over
 the window (default 24 h), the prompt tokens received, the share read from the prompt cache, the
 prompt and generation speeds, and whether the instance is below the cache-ratio threshold while
@@ -42,6 +43,23 @@ def queries(window: Any) -> dict[str, str]:
         "generated_seconds": inc(f"llamacpp:tokens_predicted_seconds_total{srv}"),
         "up": f"{_BY} (up{srv})",
     }
+
+
+def prometheus_url(listen: Any) -> str:
+    """Where the audit reaches Prometheus on its own host, from monitoring_listen (ADDRESS:PORT):
+    the address itself, or loopback for a wildcard."""
+    text = str(listen).strip()
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 1 <= int(port) <= 65535:
+        _fail(f"monitoring_listen: {listen!r} is not ADDRESS:PORT (such as 127.0.0.1:9090)")
+    host = host.strip("[]")
+    if host in ("", "0.0.0.0", "*"):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
 
 
 def _number(value: Any) -> float | None:
@@ -104,5 +122,6 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "llamafleet_metrics_queries": queries,
+            "llamafleet_prometheus_url": prometheus_url,
             "llamafleet_audit_metrics": audit_metrics,
         }

@@ -165,3 +165,62 @@ def test_a_bad_threshold_is_refused(metrics: ModuleType) -> None:
 
     with pytest.raises(AnsibleFilterError, match="monitoring_cache_ratio_threshold"):
         metrics.audit_metrics([], "1.5")
+
+
+@pytest.mark.parametrize(
+    ("listen", "url"),
+    [
+        ("127.0.0.1:9090", "http://127.0.0.1:9090"),
+        ("0.0.0.0:9090", "http://127.0.0.1:9090"),
+        ("[::]:9090", "http://[::1]:9090"),
+        ("[fd00::5]:9091", "http://[fd00::5]:9091"),
+        ("10.0.0.7:9090", "http://10.0.0.7:9090"),
+    ],
+)
+def test_where_the_audit_reaches_prometheus(metrics: ModuleType, listen: str, url: str) -> None:
+    assert metrics.prometheus_url(listen) == url
+
+
+def test_a_bad_listen_address_is_refused(metrics: ModuleType) -> None:
+    from ansible.errors import AnsibleFilterError
+
+    for bad in ("9090", "127.0.0.1", "127.0.0.1:http", "127.0.0.1:70000"):
+        with pytest.raises(AnsibleFilterError, match="monitoring_listen"):
+            metrics.prometheus_url(bad)
+
+
+def test_the_report_shows_the_cache_and_marks_an_instance_below(metrics: ModuleType) -> None:
+    jinja2 = pytest.importorskip("jinja2")
+    template_path = PLUGIN.parents[1] / "templates" / "fleet-audit.md.j2"
+    env = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined)
+    answers = [
+        {
+            "_q": {"name": name},
+            "status": 200,
+            "json": {
+                "status": "success",
+                "data": {
+                    "result": [
+                        {"metric": {"llama_host": h, "llama_instance": "main"}, "value": [0, v]}
+                        for h, v in values
+                    ]
+                },
+            },
+        }
+        for name, values in {
+            "received": [("gpu1", "1000"), ("gpu2", "1000")],
+            "cached": [("gpu1", "950"), ("gpu2", "12")],
+            "up": [("gpu1", "1"), ("gpu2", "1")],
+        }.items()
+    ]
+    report = {"hosts": [], "unreached": [], "pools": []}
+    report["metrics"] = [
+        {**metrics.audit_metrics(answers, 0.5), "host": "mon1", "window": "24h", "prometheus": ""}
+    ]
+    text = env.from_string(template_path.read_text()).render(
+        _audit_report=report, _audit_server_group=[]
+    )
+    lines = text.splitlines()
+    assert "## Prompt cache, last 24h (Prometheus on mon1)" in lines
+    assert "| gpu1 | main | yes | 1000 | 95.0 % | - | - |" in lines
+    assert "| gpu2 | main | yes | 1000 | **1.2 % (below)** | - | - |" in lines
