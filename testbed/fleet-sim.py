@@ -36,6 +36,7 @@ import importlib
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -333,6 +334,12 @@ class Sampler:
             self._stop.wait(self.interval)
 
 
+def _children_cpu() -> float:
+    """User and system CPU seconds of the waited-for descendants of this process so far."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def link_bytes(name: str) -> tuple[int, int]:
     """Bytes sent to and received from host NAME over its link (the controller's side of its veth,
     vb-NAME: tx is what the host received)."""
@@ -400,6 +407,9 @@ class RunResult:
     changed_hosts: int
     failed_hosts: int
     log: str
+    # CPU seconds of ansible-playbook and every process it waited for (forks, ssh): the controller's
+    # own work (the hosts' work shares these CPUs here; in a real fleet each host has its own)
+    controller_cpu_s: float = -1.0
 
 
 @dataclass
@@ -426,12 +436,14 @@ def run_playbook(
         argv += ["-e", f"@{e}" if isinstance(e, Path) else json.dumps(e)]
     argv.append(str(ROLLOUT))
     before = {h: link_bytes(h) for h in hosts}
+    cpu0 = _children_cpu()
     t0 = time.monotonic()
     with log.open("w") as out:
         proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
         with Sampler(proc.pid) as sampler:
             rc = proc.wait()
     seconds = time.monotonic() - t0
+    cpu = _children_cpu() - cpu0
     after = {h: link_bytes(h) for h in hosts}
     rx = [after[h][0] - before[h][0] for h in hosts if before[h][0] >= 0 and after[h][0] >= 0]
     tx = [after[h][1] - before[h][1] for h in hosts if before[h][1] >= 0 and after[h][1] >= 0]
@@ -452,9 +464,11 @@ def run_playbook(
             if recap.get(h, {}).get("failed", 1) + recap.get(h, {}).get("unreachable", 0)
         ),
         log=str(log),
+        controller_cpu_s=round(cpu, 1),
     )
     print(
-        f"  {label:6} {seconds:7.1f} s  rc={rc}  controller {result.peak_controller_mib:.0f} MiB  "
+        f"  {label:6} {seconds:7.1f} s  rc={rc}  controller {result.peak_controller_mib:.0f} MiB, "
+        f"{cpu:.0f} CPU s  "
         f"each host received {result.host_rx_mib:.2f} MiB  "
         f"changed hosts {result.changed_hosts}/{len(hosts)}",
         flush=True,
@@ -656,8 +670,9 @@ def table(measurements: Sequence[dict[str, Any]]) -> str:
     """The Markdown table: one row per (N, variant)."""
     head = (
         "| N | variant | first rollout (shipped build) | no-change re-run | good rollout "
-        "| per host (first / re-run) | peak controller MiB | MiB received per host (first) "
-        "| re-run changed |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|\n"
+        "| per host (first / re-run) | controller CPU s (first / re-run) | peak controller MiB "
+        "| MiB received per host (first) | re-run changed |\n"
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     )
     rows = []
     for m in sorted(measurements, key=lambda m: (m["n"], m["variant"])):
@@ -673,6 +688,12 @@ def table(measurements: Sequence[dict[str, Any]]) -> str:
         per_host = " / ".join(
             f"{ok[k]['seconds'] / m['n']:.1f} s" if k in ok else "—" for k in ("first", "rerun")
         )
+        cpu = " / ".join(
+            f"{ok[k]['controller_cpu_s']:.0f}"
+            if ok.get(k, {}).get("controller_cpu_s", -1) >= 0
+            else "—"
+            for k in ("first", "rerun")
+        )
         peak = max((r["peak_controller_mib"] for r in m["runs"]), default=0.0)
         first = runs["first"]
         rx = f"{first['host_rx_mib']:.1f}" if first else "—"
@@ -681,7 +702,7 @@ def table(measurements: Sequence[dict[str, Any]]) -> str:
         note = " (compiled)" if m.get("compiled_during_run") else ""
         rows.append(
             f"| {m['n']} | {m['variant']}{note} | {cell('first')} | {cell('rerun')} "
-            f"| {cell('good')} | {per_host} | {peak:.0f} | {rx} | {changed} |"
+            f"| {cell('good')} | {per_host} | {cpu} | {peak:.0f} | {rx} | {changed} |"
         )
     return head + "\n".join(rows) + "\n"
 

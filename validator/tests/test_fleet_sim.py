@@ -166,8 +166,10 @@ def test_sampler_sees_the_whole_process_tree() -> None:
     assert sim.pss_kib(2**22 + 12345) == 0
 
 
-def _measurement(n: int, variant: str, seconds: dict[str, float], rc: int = 0) -> dict[str, Any]:
-    runs = [
+def _measurement(
+    n: int, variant: str, seconds: dict[str, float], rc: int = 0, cpu: float | None = None
+) -> dict[str, Any]:
+    runs: list[dict[str, Any]] = [
         {
             "kind": kind,
             "seconds": s,
@@ -182,12 +184,15 @@ def _measurement(n: int, variant: str, seconds: dict[str, float], rc: int = 0) -
         }
         for kind, s in seconds.items()
     ]
+    if cpu is not None:
+        for r in runs:
+            r["controller_cpu_s"] = cpu * (1 if r["kind"] == "first" else 0.25)
     return {"n": n, "variant": variant, "runs": runs, "compiled_during_run": False}
 
 
 def test_table_rows_and_failed_runs() -> None:
     ms = [
-        _measurement(10, "fast", {"first": 125.0, "rerun": 30.0, "good": 61.0}),
+        _measurement(10, "fast", {"first": 125.0, "rerun": 30.0, "good": 61.0}, cpu=80.0),
         _measurement(5, "baseline", {"first": 200.0, "rerun": 100.0, "good": 90.0}, rc=2),
         _measurement(5, "fast", {"first": 100.0}),
     ]
@@ -195,10 +200,12 @@ def test_table_rows_and_failed_runs() -> None:
     assert rows[0].startswith("| N | variant | first rollout (shipped build) |")
     assert rows[2] == (
         "| 5 | baseline | 3 min 20 s | 1 min 40 s | 1 min 30 s (failed, rc 2) "
-        "| 40.0 s / 20.0 s | 105 | 5.2 | 0/5 |"
+        "| 40.0 s / 20.0 s | — / — | 105 | 5.2 | 0/5 |"
     )
-    assert rows[3] == "| 5 | fast | 1 min 40 s | — | — | 20.0 s / — | 105 | 5.2 | — |"
-    assert rows[4].startswith("| 10 | fast | 2 min 05 s | 30 s | 1 min 01 s | 12.5 s / 3.0 s |")
+    assert rows[3] == "| 5 | fast | 1 min 40 s | — | — | 20.0 s / — | — / — | 105 | 5.2 | — |"
+    assert rows[4].startswith(
+        "| 10 | fast | 2 min 05 s | 30 s | 1 min 01 s | 12.5 s / 3.0 s | 80 / 20 | 110 |"
+    )
 
 
 def test_report_writes_the_table_and_a_png(tmp_path: Path) -> None:
