@@ -262,3 +262,23 @@ def test_results_of_several_sittings_are_merged(tmp_path: Path) -> None:
         (5, "fast", 4.0),
         (10, "baseline", 20.0),
     ]
+
+
+def test_each_host_gets_its_own_apt_archive(tmp_path: Path) -> None:
+    shared = tmp_path / "apt"
+    (shared / "partial").mkdir(parents=True)
+    (shared / "lock").write_text("")
+    (shared / "gcc_12.deb").write_bytes(b"deb")
+    own = tmp_path / "hosts" / "lfsim-1"
+    sim.own_apt_archive(shared, own)
+    # the packages (the same inode: nothing copied), an empty partial/, and no shared lock
+    assert sorted(p.name for p in own.iterdir()) == ["gcc_12.deb", "partial"]
+    assert (own / "gcc_12.deb").stat().st_ino == (shared / "gcc_12.deb").stat().st_ino
+    sim.own_apt_archive(shared, own)  # again: replaced, not merged
+    assert sorted(p.name for p in own.iterdir()) == ["gcc_12.deb", "partial"]
+    conf = tmp_path / "state" / "hosts" / "lfsim-1" / "root" / "etc" / "apt" / "apt.conf.d"
+    conf.mkdir(parents=True)
+    sim.use_own_apt_archive({"LLAMAFLEET_TESTHOSTS": str(tmp_path / "state")}, "lfsim-1")
+    assert (conf / "90-fleet-sim-archive").read_text() == (
+        'Dir::Cache::Archives "/var/cache/apt/archives-own/";\n'
+    )
