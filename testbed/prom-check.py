@@ -111,7 +111,9 @@ def _ratio(cached: float, evaluated: float) -> float | None:
     return round(cached / total, 4) if total else None
 
 
-def compare(before: dict[str, Any], after: dict[str, Any], load: dict[str, Any]) -> dict[str, Any]:
+def compare(
+    before: dict[str, Any], after: dict[str, Any], load: dict[str, Any], mtail: bool = True
+) -> dict[str, Any]:
     """Per instance: the deltas Prometheus saw and what the load generator was told. The load's
     backends are inventory names (X-Llamafleet-Backend); an instance is "host/instance"."""
     tokens: dict[str, Any] = load["summary"]["tokens"]
@@ -132,6 +134,14 @@ def compare(before: dict[str, Any], after: dict[str, Any], load: dict[str, Any])
             "ratio_load": _ratio(told["cached"], told["evaluated"]),
         }
         rows.append(row)
+        if d["server_evaluated"] != told["evaluated"]:
+            problems.append(
+                f"{key}: the server's own llamacpp:prompt_tokens_total grew by "
+                f"{d['server_evaluated']:g} in Prometheus, the answers said {told['evaluated']} "
+                "evaluated"
+            )
+        if not mtail:
+            continue
         if d["evaluated"] != d["server_evaluated"]:
             problems.append(
                 f"{key}: mtail counted {d['evaluated']:g} prompt tokens evaluated, the server's "
@@ -158,7 +168,7 @@ def compare(before: dict[str, Any], after: dict[str, Any], load: dict[str, Any])
 
 def cmd_compare(args: argparse.Namespace) -> int:
     load = [json.loads(Path(p).read_text()) for p in (args.before, args.after, args.load)]
-    out = compare(*load)
+    out = compare(load[0], load[1], load[2], mtail=not args.without_mtail)
     print(
         f"{'instance':<22} {'received':>9} {'evaluated':>9} {'server':>9} {'cached':>9} "
         f"{'answers':>17} {'ratio':>7} {'answers':>7}"
@@ -238,6 +248,11 @@ def main(argv: list[str] | None = None) -> int:
     cmp_.add_argument("after")
     cmp_.add_argument("load", help="the JSON testbed/pool-load.py wrote")
     cmp_.add_argument("--json", default="")
+    cmp_.add_argument(
+        "--without-mtail",
+        action="store_true",
+        help="compare only the server's own counter with the answers",
+    )
     cmp_.set_defaults(func=cmd_compare)
     al = sub.add_parser("alert", help="wait for an alert (or check it stays away)")
     al.add_argument("--prometheus", required=True)

@@ -213,7 +213,7 @@ def test_the_report_shows_the_cache_and_marks_an_instance_below(metrics: ModuleT
             "up": [("gpu1", "1"), ("gpu2", "1")],
         }.items()
     ]
-    report = {"hosts": [], "unreached": [], "pools": []}
+    report: dict[str, Any] = {"hosts": [], "unreached": [], "pools": []}
     report["metrics"] = [
         {**metrics.audit_metrics(answers, 0.5), "host": "mon1", "window": "24h", "prometheus": ""}
     ]

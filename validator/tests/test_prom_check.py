@@ -62,6 +62,13 @@ def test_counters_that_differ_are_named(prom: ModuleType) -> None:
     out = prom.compare(before, after, _load(gpu1=(200, 905)))
     assert any("mtail counted 195" in p and "grew by 200" in p for p in out["problems"])
     assert any("the answers said 905 / 200" in p for p in out["problems"])
+    # without mtail: only the server's own counter against the answers (here they agree)
+    assert prom.compare(before, after, _load(gpu1=(200, 905)), mtail=False)["problems"] == []
+    off = prom.compare(before, after, _load(gpu1=(210, 905)), mtail=False)["problems"]
+    assert off == [
+        "gpu1/main: the server's own llamacpp:prompt_tokens_total grew by 200 in Prometheus, "
+        "the answers said 210 evaluated"
+    ]
 
 
 @pytest.mark.parametrize("url", ["http://8.8.8.8:9090", "http://prometheus.example.org:9090"])
