@@ -312,6 +312,7 @@ class Sampler:
         self.pid, self.interval = pid, interval
         self.peak_kib = 0
         self.min_available_kib = mem_available_kib()
+        self._loads: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -327,6 +328,12 @@ class Sampler:
         total = sum(pss_kib(p) for p in process_tree(self.pid))
         self.peak_kib = max(self.peak_kib, total)
         self.min_available_kib = min(self.min_available_kib, mem_available_kib())
+        self._loads.append(os.getloadavg()[0])
+
+    @property
+    def mean_load(self) -> float:
+        """The mean of the 1-minute load average over the samples (the machine's contention)."""
+        return sum(self._loads) / len(self._loads) if self._loads else 0.0
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -450,6 +457,8 @@ class RunResult:
     # CPU seconds of ansible-playbook and every process it waited for (forks, ssh): the controller's
     # own work (the hosts' work shares these CPUs here; in a real fleet each host has its own)
     controller_cpu_s: float = -1.0
+    # the machine's mean 1-minute load average during the run (2 cores: above 2, runs queue for CPU)
+    mean_load: float = -1.0
 
 
 @dataclass
@@ -505,10 +514,11 @@ def run_playbook(
         ),
         log=str(log),
         controller_cpu_s=round(cpu, 1),
+        mean_load=round(sampler.mean_load, 2),
     )
     print(
         f"  {label:6} {seconds:7.1f} s  rc={rc}  controller {result.peak_controller_mib:.0f} MiB, "
-        f"{cpu:.0f} CPU s  "
+        f"{cpu:.0f} CPU s, load {result.mean_load:.1f}  "
         f"each host received {result.host_rx_mib:.2f} MiB  "
         f"changed hosts {result.changed_hosts}/{len(hosts)}",
         flush=True,
