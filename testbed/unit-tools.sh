@@ -34,6 +34,7 @@ unpack() {
   if [ ! -f "$dir/.done" ]; then
     local tmp
     tmp=$(mktemp -d)
+    # apt-get download writes into the current directory; _apt must be able to write there
     chmod 0755 "$tmp"
     (cd "$tmp" && apt-get download -qq "$pkg=$version" >/dev/null 2>&1) \
       || { apt-get update -qq && (cd "$tmp" && apt-get download -qq "$pkg=$version"); } \
@@ -47,35 +48,18 @@ unpack() {
   echo "$dir"
 }
 
-# package binary...: unpack the package's candidate version once, link its binaries
+# package binary...: unpack the package's candidate version once, link its binaries (nothing to
+# do when they are linked and apt knows no candidate, as on a controller without package lists)
 fetch() {
   local pkg=$1; shift
-  local version dir b missing=0
+  local dir b missing=0
   for b in "$@"; do [ -x "$BIN/$b" ] || missing=1; done
-  version=$(apt-cache policy "$pkg" 2>/dev/null | awk '/Candidate:/ {print $2}')
-  if [ -z "$version" ] || [ "$version" = "(none)" ]; then
-    [ "$missing" = 0 ] && return 0
-    apt-get update -qq
-    version=$(apt-cache policy "$pkg" | awk '/Candidate:/ {print $2}')
-    [ -n "$version" ] && [ "$version" != "(none)" ] || die "no candidate version of $pkg in apt"
+  if [ "$missing" = 0 ] && ! apt-cache policy "$pkg" 2>/dev/null | grep -q 'Candidate: [^(]'; then
+    return 0
   fi
-  dir=$TOOLS/${pkg}_${version//[^A-Za-z0-9.+~-]/_}
-  if [ ! -f "$dir/.done" ]; then
-    local tmp
-    tmp=$(mktemp -d)
-    # apt-get download writes into the current directory; _apt must be able to write there
-    chmod 0755 "$tmp"
-    (cd "$tmp" && apt-get download -qq "$pkg=$version" >/dev/null 2>&1) \
-      || { apt-get update -qq && (cd "$tmp" && apt-get download -qq "$pkg=$version"); } \
-      || { rm -rf "$tmp"; die "apt-get download $pkg=$version failed"; }
-    rm -rf "$dir"
-    mkdir -p "$dir"
-    dpkg-deb -x "$tmp"/"$pkg"_*.deb "$dir"
-    rm -rf "$tmp"
-    touch "$dir/.done"
-  fi
+  dir=$(unpack "$pkg")
   for b in "$@"; do
-    [ -x "$dir/usr/bin/$b" ] || die "$pkg $version has no /usr/bin/$b"
+    [ -x "$dir/usr/bin/$b" ] || die "$pkg (${dir##*/}) has no /usr/bin/$b"
     ln -sfn "$dir/usr/bin/$b" "$BIN/$b"
   done
 }

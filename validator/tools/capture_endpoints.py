@@ -38,7 +38,7 @@ def _get(port: int, path: str, key: str | None = KEY) -> tuple[int, bytes]:
     return resp.status, resp.read()
 
 
-def _wait_health(port: int, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
+def wait_health(port: int, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if proc.poll() is not None:
@@ -52,7 +52,7 @@ def _wait_health(port: int, proc: subprocess.Popen[bytes], timeout: float = 120)
     sys.exit("llama-server did not answer /health in time")
 
 
-def _build(binary: str) -> str:
+def build_number(binary: str) -> str:
     out = subprocess.run(
         [binary, "--version"], capture_output=True, text=True, check=False, env={"LC_ALL": "C"}
     )
@@ -70,7 +70,7 @@ def main() -> int:
     ap.add_argument("--out-dir", type=Path, default=OUT)
     ap.add_argument("--port", type=int, default=18089)
     a = ap.parse_args()
-    stem = f"{a.name}-b{_build(a.binary)}"
+    stem = f"{a.name}-b{build_number(a.binary)}"
     argv = [
         a.binary,
         "-m",
@@ -95,7 +95,7 @@ def main() -> int:
     )
     files: dict[str, bytes] = {}
     try:
-        _wait_health(a.port, proc)
+        wait_health(a.port, proc)
         files["metrics.idle.txt"] = _get(a.port, "/metrics")[1]
         files["slots.idle.json"] = _get(a.port, "/slots")[1]
         status, body = _get(a.port, "/metrics", key=None)

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -40,6 +39,9 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+# the same start-up checks as the endpoint capture (this directory is on sys.path when run)
+from capture_endpoints import build_number, wait_health
 
 KEY = "capture-key-0123456789abcdef"
 OUT = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "monitoring"
@@ -84,30 +86,6 @@ def _chat(port: int, system: str, question: str) -> dict[str, Any]:
         "cache_n": int(timings.get("cache_n", 0)),
         "prompt_n": int(timings.get("prompt_n", 0)),
     }
-
-
-def _wait_health(port: int, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            sys.exit(f"llama-server exited with {proc.returncode}")
-        try:
-            if _get(port, "/health")[0] == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    sys.exit("llama-server did not answer /health in time")
-
-
-def _build(binary: str) -> str:
-    out = subprocess.run(
-        [binary, "--version"], capture_output=True, text=True, check=False, env={"LC_ALL": "C"}
-    )
-    m = re.search(r"version: (\d+)", out.stdout + out.stderr)
-    if not m:
-        sys.exit(f"no build number in {binary} --version")
-    return m.group(1)
 
 
 def _requests(port: int) -> list[dict[str, Any]]:
@@ -189,7 +167,7 @@ def main() -> int:
     ap.add_argument("--unit", default="llama-server-main.service")
     ap.add_argument("--hostname", default="lf-server")
     a = ap.parse_args()
-    stem = f"{a.name}-b{_build(a.binary)}"
+    stem = f"{a.name}-b{build_number(a.binary)}"
     argv = [
         a.binary,
         "-m",
@@ -209,7 +187,7 @@ def main() -> int:
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env={"LC_ALL": "C"})
         try:
-            _wait_health(a.port, proc)
+            wait_health(a.port, proc)
             done = _requests(a.port)
             metrics = _get(a.port, "/metrics")[1]
         finally:
