@@ -16,6 +16,7 @@ from ansible.errors import AnsibleFilterError
 
 try:
     from llamafleet.rules.server import address_kind
+    from llamafleet.units import IP_ALLOW_ENTRY as _IP_ALLOW
 except ImportError as exc:  # pragma: no cover - reported when a filter is used
     _IMPORT_ERROR: ImportError | None = exc
 else:
@@ -31,7 +32,6 @@ _DNS_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\.?\Z")
 _CLIENT_NAME = re.compile(r"[A-Za-z0-9_.@/-]{1,200}\Z")
 #: what the role accepts as a pool key read from a backend: printable, no blank, 16+ characters
 _KEY = re.compile(r"[\x21-\x7e]{16,512}\Z")
-_IP_ALLOW = re.compile(r"(any|localhost|link-local|multicast|[0-9a-fA-F.:]+(/[0-9]{1,3})?)\Z")
 #: server ids stay below this, so HAProxy's consistent-hash node keys (id * 4096 + n) fit 32 bits
 MAX_SERVER_ID = 1_000_000
 _TRUE = ("true", "yes", "on", "1")

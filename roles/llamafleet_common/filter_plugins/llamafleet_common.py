@@ -15,6 +15,7 @@ from ansible.errors import AnsibleFilterError
 try:
     from llamafleet.rules.cross import DEFAULT_HOST
     from llamafleet.rules.server import address_kind as _address_kind
+    from llamafleet.units import IP_ALLOW_ENTRY as _IP_ALLOW
 except ImportError as exc:  # pragma: no cover - reported when a filter is used
     _IMPORT_ERROR: ImportError | None = exc
 else:
@@ -111,9 +112,6 @@ def tls_sans(names: Any, instance: str = "?") -> list[str]:
         if entry not in out:
             out.append(entry)
     return out
-
-
-_IP_ALLOW = re.compile(r"(any|localhost|link-local|multicast|[0-9a-fA-F.:]+(/[0-9]{1,3})?)\Z")
 
 
 def ip_allow(networks: Any, instance: str = "?", host: Any = "127.0.0.1") -> list[str]:

@@ -14,6 +14,7 @@ from ansible.errors import AnsibleFilterError
 
 try:
     from llamafleet.rules.server import address_kind
+    from llamafleet.units import IP_ALLOW_ENTRY as _IP_ALLOW
 except ImportError as exc:  # pragma: no cover - reported when a filter is used
     _IMPORT_ERROR: ImportError | None = exc
 else:
@@ -23,7 +24,6 @@ else:
 _HOST_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}\Z")
 _INSTANCE = re.compile(r"[a-z0-9][a-z0-9-]{0,40}\Z")
 _CLIENT_NAME = re.compile(r"[A-Za-z0-9_.@/-]{1,200}\Z")
-_IP_ALLOW = re.compile(r"(any|localhost|link-local|multicast|[0-9a-fA-F.:]+(/[0-9]{1,3})?)\Z")
 _DURATION = re.compile(r"([0-9]+(ms|s|m|h|d|w|y))+\Z")
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")

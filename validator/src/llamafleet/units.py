@@ -117,6 +117,10 @@ def _split(value: str, line: int) -> list[tuple[str, bool]]:
     return [(w, q) for w, q, _ in _split_at(value, line)]
 
 
+#: One entry of systemd's IPAddressAllow=/IPAddressDeny= as the roles write them: an address, a
+#: CIDR range, or one of systemd's names (any, localhost, link-local, multicast).
+IP_ALLOW_ENTRY = re.compile(r"(any|localhost|link-local|multicast|[0-9a-fA-F.:]+(/[0-9]{1,3})?)\Z")
+
 _WORD = re.compile(r"\S+")
 
 
