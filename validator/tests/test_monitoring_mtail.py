@@ -12,13 +12,18 @@ mtail comes from PATH or from ``$LLAMAFLEET_CACHE/tools/bin`` (testbed/unit-tool
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import re
 import shlex
 import shutil
+import socket
 import subprocess
+import time
+import urllib.request
 from pathlib import Path
+from types import ModuleType
 
 import yaml
 
@@ -99,6 +104,98 @@ def test_mtail_counts_agree_with_the_server(tmp_path: Path) -> None:
     assert cached == sum(r["cache_n"] for r in requests)
     assert received == evaluated + cached
     assert found[("llama_server_prompt_requests_total", "main")] == len(requests)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _unit_exec_start() -> str:
+    """The mtail unit's ExecStart= command line, as the template writes it."""
+    text = (ROLE / "templates" / "llamafleet-mtail.service.j2").read_text()
+    m = re.search(r"^ExecStart=(.*)$", text, re.M)
+    assert m
+    return m.group(1)
+
+
+def _check_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("mtail_check", ROLE / "files" / "mtail_check.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_unit_streams_its_standard_input_and_the_check_sees_new_lines(tmp_path: Path) -> None:
+    """mtail as the unit runs it: ``--logs /dev/stdin`` fed by a process substitution that stays
+    open (the unit's journalctl --follow never ends); its counters read from its live /metrics;
+    then the role's post-start check (files/mtail_check.py) must see a line written later reach
+    mtail, and must fail when the lines go where mtail does not read.
+
+    What stands in for the journal: ``cat`` of the captured journal text, then ``tail -F`` of a
+    file the check's writer appends to (on a host: systemd-cat into the journal). This cannot
+    show journalctl following a live journal under the unit's sandbox; the pool scenario does,
+    on systemd hosts, through the same check."""
+    mtail = tool("mtail")
+    check = _check_script()
+    progs = tmp_path / "progs"
+    progs.mkdir()
+    shutil.copy(PROGRAM, progs / PROGRAM.name)
+    journal = FIXTURES / f"{STEM}.journal.txt"
+    followed = tmp_path / "followed.log"
+    followed.touch()
+    port = _free_port()
+    exec_start = _unit_exec_start()
+    # the unit's own options and redirection, with the journal reader swapped
+    assert "--logs /dev/stdin" in exec_start and "< <(/usr/bin/journalctl --follow" in exec_start
+    cmd = (
+        f"exec {shlex.quote(mtail)} --progs {shlex.quote(str(progs))} --logs /dev/stdin "
+        f"--address 127.0.0.1 --port {port} --emit_prog_label=false --logtostderr "
+        f"< <(cat {shlex.quote(str(journal))}; exec tail -n0 -F {shlex.quote(str(followed))})"
+    )
+    proc = subprocess.Popen(["bash", "-c", cmd], stderr=subprocess.DEVNULL)
+    try:
+        lines = len(journal.read_text().splitlines())
+        text = ""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                    text = r.read().decode()
+            except OSError:
+                text = ""
+            if check.lines_read(text) >= lines:
+                break
+            time.sleep(0.5)
+        assert check.lines_read(text) == lines
+        name = "llama_server_prompt_tokens_evaluated_total"
+        evaluated = re.search(rf'^{name}\{{llama_instance="main"\}} (\S+)$', text, re.M)
+        server = _server_counter("llamacpp:prompt_tokens_total")
+        assert evaluated and float(evaluated.group(1)) == server
+
+        def writer(path: Path) -> list[str]:
+            return ["sh", "-c", f'printf "%s\\n" "$0" >> {shlex.quote(str(path))}']
+
+        ok, msg = check.check(port, 20, writer(followed))
+        assert ok, msg
+        assert followed.read_text().splitlines()[0] == check.LINE
+        # the check line is not a request: the counters did not move
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            after = r.read().decode()
+        assert re.findall(r"^llama_server_prompt_requests_total.*$", after, re.M) == re.findall(
+            r"^llama_server_prompt_requests_total.*$", text, re.M
+        )
+        # lines that never reach mtail: the check fails and says so
+        ok, msg = check.check(port, 3, writer(tmp_path / "elsewhere.log"))
+        assert not ok and "read no line of the journal" in msg
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    # nothing listening: the check fails on the exporter
+    ok, msg = check.check(_free_port(), 2, ["true"])
+    assert not ok and "did not answer" in msg
 
 
 def test_instances_are_counted_apart(tmp_path: Path) -> None:
