@@ -24,9 +24,11 @@ the cache, exactly like the fleet scenario's first rollout.
   fleet-sim.py --list-variants
 
 A variant is NAME or NAME:SETTING,SETTING,... where a SETTING is ENV=VALUE (an environment
-variable of ansible-playbook, e.g. ANSIBLE_FORKS=50) or e.VAR=VALUE (an extra variable, e.g.
-e.rollout_batch=100%). `{n}` in a value is the fleet size. A built-in NAME starts from its own
-settings. Run as root (bridges, overlay mounts, containers), from any directory.
+variable of ansible-playbook, e.g. ANSIBLE_FORKS=50), e.VAR=VALUE (an extra variable, e.g.
+e.rollout_batch=100%) or ref=GITREF (the playbooks and roles of that commit of this repository,
+e.g. ref=HEAD~3: a change to them measured against the commit before it, in the same sitting).
+`{n}` in a value is the fleet size. A built-in NAME starts from its own settings.
+Run as root (bridges, overlay mounts, containers), from any directory.
 """
 
 from __future__ import annotations
@@ -120,6 +122,8 @@ class Variant:
     name: str
     env: dict[str, str] = field(default_factory=dict)
     extra_vars: dict[str, str] = field(default_factory=dict)
+    # a commit of this repository whose playbooks and roles run instead of the working tree's
+    ref: str = ""
 
     def resolved_env(self, n: int, facts_dir: Path) -> dict[str, str]:
         """The environment with `{n}` and `{facts}` filled in."""
@@ -143,6 +147,7 @@ def parse_variant(spec: str) -> Variant:
         )
     env = dict(BUILTIN_VARIANTS.get(name, {}))
     extra: dict[str, str] = {}
+    ref = ""
     if not rest and name not in BUILTIN_VARIANTS:
         known = ", ".join(BUILTIN_VARIANTS)
         raise SimError(
@@ -157,14 +162,18 @@ def parse_variant(spec: str) -> Variant:
             if not _VAR_NAME.match(var):
                 raise SimError(f"variant {spec!r}: {var!r} is not a variable name")
             extra[var] = value
+        elif key == "ref":
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_./~^-]{0,99}", value):
+                raise SimError(f"variant {spec!r}: {value!r} is not a git commit or ref")
+            ref = value
         elif _ENV_NAME.match(key):
             env[key] = value
         else:
             raise SimError(
-                f"variant {spec!r}: {key!r} is neither an environment variable (ANSIBLE_FORKS) "
-                "nor an extra variable (e.rollout_batch)"
+                f"variant {spec!r}: {key!r} is neither an environment variable (ANSIBLE_FORKS), "
+                "an extra variable (e.rollout_batch) nor ref=GITREF"
             )
-    return Variant(name, env, extra)
+    return Variant(name, env, extra, ref)
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -479,16 +488,17 @@ def run_playbook(
     env: dict[str, str],
     log: Path,
     hosts: Sequence[str],
+    tree: Path = ROOT,
 ) -> RunResult:
     argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory_file)]
     for e in extra:
         argv += ["-e", f"@{e}" if isinstance(e, Path) else json.dumps(e)]
-    argv.append(str(ROLLOUT))
+    argv.append(str(tree / ROLLOUT.relative_to(ROOT)))
     before = {h: link_bytes(h) for h in hosts}
     cpu0 = _children_cpu()
     t0 = time.monotonic()
     with log.open("w") as out:
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(argv, cwd=tree, env=env, stdout=out, stderr=subprocess.STDOUT)
         with Sampler(proc.pid) as sampler:
             rc = proc.wait()
     seconds = time.monotonic() - t0
@@ -640,6 +650,33 @@ def build_once(setup: Setup) -> None:
         raise SimError(f"the build rollout failed (rc={result.rc}): see {result.log}")
 
 
+def tree_of(ref: str, dest: Path) -> Path:
+    """The repository's files at ``ref`` (git archive), with this checkout's collections: the
+    playbooks and roles of that commit run from there. The validator is the installed one."""
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--verify", f"{ref}^{{commit}}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise SimError(f"ref={ref}: not a commit of {ROOT}") from exc
+    dest.mkdir(parents=True)
+    archive = subprocess.Popen(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", commit], stdout=subprocess.PIPE
+    )
+    subprocess.run(["tar", "-x", "-C", str(dest)], stdin=archive.stdout, check=True)
+    if archive.wait() != 0:
+        raise SimError(f"ref={ref}: git archive failed")
+    collections = ROOT / ".ansible" / "collections"
+    if collections.is_dir():
+        (dest / ".ansible").mkdir(exist_ok=True)
+        (dest / ".ansible" / "collections").symlink_to(collections)
+    (dest / "COMMIT").write_text(commit + "\n")
+    return dest
+
+
 def measure(setup: Setup, n: int, variant: Variant) -> Measurement:
     run_dir = setup.out / f"n{n}-{variant.name}"
     if run_dir.exists():
@@ -654,6 +691,9 @@ def measure(setup: Setup, n: int, variant: Variant) -> Measurement:
     good.write_text(json.dumps(GOOD_CONFIG, indent=2) + "\n")
     env = ansible_env(setup, variant.resolved_env(n, facts))
     extra = variant.resolved_vars(n, facts)
+    tree = tree_of(variant.ref, run_dir / "tree") if variant.ref else ROOT
+    if variant.ref:
+        print(f"  playbooks and roles of {variant.ref} ({(tree / 'COMMIT').read_text().strip()})")
     builds_before = builds_of_commit(setup.build_cache)
     print(
         f"N={n} variant={variant.name} {json.dumps({**env_diff(env, setup), **extra})}", flush=True
@@ -674,6 +714,7 @@ def measure(setup: Setup, n: int, variant: Variant) -> Measurement:
                 env=env,
                 log=run_dir / f"{kind}.log",
                 hosts=names,
+                tree=tree,
             )
             runs.append(result)
             if result.rc != 0:
@@ -685,7 +726,11 @@ def measure(setup: Setup, n: int, variant: Variant) -> Measurement:
     return Measurement(
         n=n,
         variant=variant.name,
-        settings={**variant.env, **{f"e.{k}": v for k, v in variant.extra_vars.items()}},
+        settings={
+            **variant.env,
+            **{f"e.{k}": v for k, v in variant.extra_vars.items()},
+            **({"ref": (tree / "COMMIT").read_text().strip()} if variant.ref else {}),
+        },
         runs=runs,
         boot_seconds=round(boot, 1),
         compiled_during_run=builds_of_commit(setup.build_cache) != builds_before,

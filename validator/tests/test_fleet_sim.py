@@ -55,11 +55,34 @@ def test_builtin_variant_and_added_settings() -> None:
         ("mine:forks=5", "neither an environment variable"),
         ("mine:e.1x=5", "not a variable name"),
         ("bad name:ANSIBLE_FORKS=5", "the name must be"),
+        ("old:ref=$(rm -rf x)", "not a git commit or ref"),
     ],
 )
 def test_bad_variants_are_refused(spec: str, message: str) -> None:
     with pytest.raises(sim.SimError, match=message):
         sim.parse_variant(spec)
+
+
+def test_a_variant_can_run_the_playbooks_of_another_commit(tmp_path: Path) -> None:
+    v = sim.parse_variant("before:ref=HEAD~1,ANSIBLE_FORKS=5")
+    assert (v.ref, v.env) == ("HEAD~1", {"ANSIBLE_FORKS": "5"})
+    assert sim.parse_variant("baseline").ref == ""
+    tree = sim.tree_of("HEAD", tmp_path / "tree")
+    # the committed playbooks and roles, the commit named, the collections of this checkout
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert (tree / "COMMIT").read_text().strip() == head
+    committed = subprocess.run(
+        ["git", "-C", str(ROOT), "show", "HEAD:playbooks/rollout.yml"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert (tree / "playbooks" / "rollout.yml").read_text() == committed
+    assert (tree / "ansible.cfg").is_file()
+    with pytest.raises(sim.SimError, match="not a commit"):
+        sim.tree_of("no-such-ref-anywhere", tmp_path / "other")
 
 
 def test_sizes() -> None:

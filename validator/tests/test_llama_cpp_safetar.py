@@ -585,3 +585,42 @@ def test_index_module_incoming_path_is_inside_the_platform_dir(tmp_path: Path) -
     path = mod.incoming_path(str(tmp_path), PLATFORM, NAME, "../../evil host")
     assert os.path.dirname(path) == str(tmp_path / PLATFORM)
     assert os.path.basename(path).startswith(".incoming-") and "/" not in os.path.basename(path)
+
+
+def test_index_finds_the_build_of_a_commit_and_options(st: ModuleType, tmp_path: Path) -> None:
+    """A host that installs a shipped build finds its name (and so the builder's build number) by
+    commit, backend and options hash; anything ambiguous or unrecorded finds nothing."""
+    ship = tmp_path / "ship"
+    (ship / PLATFORM).mkdir(parents=True)
+    options_hash = "3f2a9c1d0e" + "ab" * 27
+    assert st.find_build(str(ship), PLATFORM, COMMIT, "cpu", options_hash) == ""
+    src = ship / PLATFORM / "a.tar.gz"
+    make_tarball(src)
+    st.record(str(ship), PLATFORM, NAME, str(src), builder="a", commit=COMMIT)
+    assert st.find_build(str(ship), PLATFORM, COMMIT, "cpu", options_hash) == NAME
+    # other options, another backend, another commit, another platform: nothing
+    assert st.find_build(str(ship), PLATFORM, COMMIT, "cpu", "0" * 64) == ""
+    assert st.find_build(str(ship), PLATFORM, COMMIT, "cuda", options_hash) == ""
+    assert st.find_build(str(ship), PLATFORM, "1" * 40, "cpu", options_hash) == ""
+    jammy = "ubuntu-jammy-x86_64-cpu-any"
+    assert st.find_build(str(ship), jammy, COMMIT, "cpu", options_hash) == ""
+    # malformed inputs find nothing (and raise nothing)
+    assert st.find_build(str(ship), PLATFORM, "HEAD", "cpu", options_hash) == ""
+    assert st.find_build(str(ship), PLATFORM, COMMIT, "cpu", "../x") == ""
+    # its tarball gone: nothing to install, so nothing found
+    (ship / PLATFORM / f"{NAME}.tar.gz").rename(ship / "moved.tar.gz")
+    assert st.find_build(str(ship), PLATFORM, COMMIT, "cpu", options_hash) == ""
+    (ship / "moved.tar.gz").rename(ship / PLATFORM / f"{NAME}.tar.gz")
+    # the same commit and options under two build numbers (one set by hand): ambiguous, nothing
+    other = NAME.replace("b9079-", "b1-")
+    src = ship / PLATFORM / "b.tar.gz"
+    make_tarball(src)
+    st.record(str(ship), PLATFORM, other, str(src), builder="b", commit=COMMIT)
+    assert st.find_build(str(ship), PLATFORM, COMMIT, "cpu", options_hash) == ""
+    # an entry recorded without its commit is never found by commit
+    ship2 = tmp_path / "ship2"
+    (ship2 / PLATFORM).mkdir(parents=True)
+    src = ship2 / PLATFORM / "c.tar.gz"
+    make_tarball(src)
+    st.record(str(ship2), PLATFORM, NAME, str(src), builder="c")
+    assert st.find_build(str(ship2), PLATFORM, COMMIT, "cpu", options_hash) == ""

@@ -19,6 +19,10 @@ description:
     C(b<number>-<10 hex>-<cpu|cuda>-<10 hex>)); anything else fails.
   - With O(state=query) (read-only) returns the entry of O(name) for O(platform), the tarball's
     path, whether it exists, and the path to fetch a new tarball to (O(builder) names it).
+  - With O(state=query) and no O(name), finds the name: the one build recorded for O(platform)
+    with O(commit) whose name ends in C(-<commit[:10]>-<backend>-<options_hash[:10]>) and whose
+    tarball is in place (RV(name) is empty when there is none or more than one). A host that
+    installs a shipped build learns its build number so, without cloning the history.
   - With O(state=present) computes the sha256 and size of O(src) (the fetched file, on the
     controller), moves it to the tarball's path and records the entry, under a lock. An entry
     whose tarball is still in place with the recorded sha256 is kept and O(src) is dropped.
@@ -32,9 +36,15 @@ options:
     type: str
     required: true
   name:
-    description: The build name.
+    description: The build name (required, except for a query that finds it).
     type: str
-    required: true
+  backend:
+    description: With a query without O(name), the build's backend.
+    type: str
+    choices: [cpu, cuda]
+  options_hash:
+    description: With a query without O(name), the sha256 of the build's options (hex).
+    type: str
   state:
     description: V(query) or V(present).
     type: str
@@ -48,7 +58,7 @@ options:
     type: str
     default: ""
   commit:
-    description: The build's commit (recorded).
+    description: The build's commit (recorded; with a query without O(name), the commit sought).
     type: str
     default: ""
 author: llamafleet
@@ -66,6 +76,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+name:
+  description: The build's name (O(name), or the one a query found; "" when none).
+  returned: always
+  type: str
 found:
   description: Whether the index has an entry for the build.
   returned: always
@@ -95,6 +109,7 @@ from ansible.module_utils.llama_cpp_safetar import (
     UnsafeArchiveError,
     check_build_name,
     check_platform,
+    find_build,
     lookup,
     record,
     safe_host_part,
@@ -112,22 +127,40 @@ def main() -> None:
         argument_spec={
             "dir": {"type": "path", "required": True},
             "platform": {"type": "str", "required": True},
-            "name": {"type": "str", "required": True},
+            "name": {"type": "str"},
+            "backend": {"type": "str", "choices": ["cpu", "cuda"]},
+            "options_hash": {"type": "str"},
             "state": {"type": "str", "choices": ["query", "present"], "default": "query"},
             "src": {"type": "path"},
             "builder": {"type": "str", "default": ""},
             "commit": {"type": "str", "default": ""},
         },
-        required_if=[("state", "present", ["src"])],
+        required_if=[("state", "present", ["src", "name"])],
         supports_check_mode=True,
     )
     p = module.params
+    name = p["name"] or ""
     try:
-        name = check_build_name(p["name"])
         platform = check_platform(p["platform"])
+        if not name:
+            if p["state"] != "query" or not (p["backend"] and p["options_hash"] and p["commit"]):
+                module.fail_json(msg="a query without name needs commit, backend and options_hash")
+            name = find_build(p["dir"], platform, p["commit"], p["backend"], p["options_hash"])
+            if not name:
+                module.exit_json(
+                    changed=False,
+                    name="",
+                    found=False,
+                    entry={},
+                    tarball="",
+                    tarball_exists=False,
+                    incoming="",
+                )
+        name = check_build_name(name)
         incoming = incoming_path(p["dir"], platform, name, p["builder"])
         result = lookup(p["dir"], platform, name)
         result["incoming"] = incoming
+        result["name"] = name
         if p["state"] == "query":
             module.exit_json(changed=False, **result)
         if module.check_mode:

@@ -422,6 +422,34 @@ def lookup(directory: str, platform: str, name: str) -> dict[str, object]:
     }
 
 
+def find_build(directory: str, platform: str, commit: str, backend: str, options_hash: str) -> str:
+    """The name of the build of ``commit`` with these options (``backend``, the first 10 hex
+    digits of the options hash) recorded for ``platform`` with that commit, whose tarball is in
+    place; "" when there is none or more than one (then the host checks out and counts itself).
+    A host that installs a shipped build learns the build number this way, from the build its
+    builder counted on the same commit, instead of cloning the history to count it again."""
+    if not HEX40.match(commit or "") or backend not in ("cpu", "cuda"):
+        return ""
+    if not re.fullmatch(r"[0-9a-f]{10,64}", options_hash or ""):
+        return ""
+    builds = load_index(directory)["builds"]
+    per_platform = builds.get(check_platform(platform)) if isinstance(builds, dict) else None
+    if not isinstance(per_platform, dict):
+        return ""
+    suffix = f"-{commit[:10]}-{backend}-{options_hash[:10]}"
+    found = []
+    for name, entry in per_platform.items():
+        if not (isinstance(name, str) and name.endswith(suffix) and isinstance(entry, dict)):
+            continue
+        try:
+            check_build_name(name)
+        except ValueError:
+            continue
+        if entry.get("commit") == commit and lookup(directory, platform, name)["tarball_exists"]:
+            found.append(name)
+    return found[0] if len(found) == 1 else ""
+
+
 @contextlib.contextmanager
 def _locked(directory: str) -> Iterator[None]:
     os.makedirs(directory, exist_ok=True)
