@@ -813,7 +813,8 @@ def plot(measurements: Sequence[dict[str, Any]], path: Path) -> str:
         return (
             "no plot: matplotlib is not installed (pip install matplotlib); the table is complete"
         )
-    fig, ax = plt.subplots(figsize=(8, 5))
+    # left: wall time against N; right: the same per host (falling when hosts run in parallel)
+    fig, (ax, per) = plt.subplots(1, 2, figsize=(12, 5))
     styles = {"first": "-", "rerun": "--", "good": ":"}
     variants = sorted({m["variant"] for m in measurements})
     for vi, variant in enumerate(variants):
@@ -827,18 +828,18 @@ def plot(measurements: Sequence[dict[str, Any]], path: Path) -> str:
             )
             if points:
                 xs, ys = zip(*points, strict=True)
-                ax.plot(
-                    xs,
-                    [y / 60 for y in ys],
-                    styles[kind],
-                    marker="o",
-                    color=f"C{vi}",
-                    label=f"{variant}: {RUN_TITLES[kind]}",
-                )
+                style = {"marker": "o", "color": f"C{vi}", "linestyle": styles[kind]}
+                label = f"{variant}: {RUN_TITLES[kind]}"
+                ax.plot(xs, [y / 60 for y in ys], label=label, **style)
+                per.plot(xs, [y / x for x, y in points], label=label, **style)
     ax.set_xlabel("hosts (N)")
     ax.set_ylabel("wall time (min)")
     ax.set_title("playbooks/rollout.yml on N test hosts")
-    ax.grid(True, alpha=0.3)
+    per.set_xlabel("hosts (N)")
+    per.set_ylabel("wall time per host (s)")
+    per.set_title("per host")
+    for a in (ax, per):
+        a.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -305,3 +305,14 @@ def test_each_host_gets_its_own_apt_archive(tmp_path: Path) -> None:
     assert (conf / "90-fleet-sim-archive").read_text() == (
         'Dir::Cache::Archives "/var/cache/apt/archives-own/";\n'
     )
+
+
+def test_plot_draws_time_and_time_per_host(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    ms = [
+        _measurement(5, "baseline", {"first": 90.0, "rerun": 55.0}),
+        _measurement(10, "baseline", {"first": 150.0, "rerun": 80.0}),
+    ]
+    msg = sim.plot(ms, tmp_path / "p.png")
+    assert msg == f"plot: {tmp_path / 'p.png'}"
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
