@@ -723,13 +723,17 @@ def measure(setup: Setup, n: int, variant: Variant) -> Measurement:
                     flush=True,
                 )
                 break
+    # the checked-out tree is not kept (its commit is recorded)
+    ref_commit = (tree / "COMMIT").read_text().strip() if variant.ref else ""
+    if variant.ref:
+        shutil.rmtree(tree, ignore_errors=True)
     return Measurement(
         n=n,
         variant=variant.name,
         settings={
             **variant.env,
             **{f"e.{k}": v for k, v in variant.extra_vars.items()},
-            **({"ref": (tree / "COMMIT").read_text().strip()} if variant.ref else {}),
+            **({"ref": ref_commit} if variant.ref else {}),
         },
         runs=runs,
         boot_seconds=round(boot, 1),
