@@ -149,6 +149,11 @@ cmd_net_up() {
   fi
   ip link set "$BR" up
   sysctl -qw net.ipv4.ip_forward=1
+  # Every host's systemd, journald, logind and udev hold inotify instances, all counted for root:
+  # the default 128 lets about 21 hosts boot, the next stays "initializing" (fleet-sim at N = 25)
+  if [ "$(sysctl -n fs.inotify.max_user_instances)" -lt 4096 ]; then
+    sysctl -qw fs.inotify.max_user_instances=4096
+  fi
   local out; out=$(wan_if)
   # Outbound NAT so the hosts can reach the Debian mirror; nothing is forwarded towards the hosts.
   iptables -t nat -C POSTROUTING -s "$NET.0/24" ! -d "$NET.0/24" -o "$out" -j MASQUERADE 2>/dev/null \
