@@ -73,7 +73,7 @@ RUN_TITLES = {
 }
 
 # Settings that change only how Ansible runs, never what the playbooks do. `baseline` is the
-# repository's own ansible.cfg (forks 20, pipelining on, Ansible's default ssh_args:
+# repository's own ansible.cfg (forks 50, pipelining on, Ansible's default ssh_args:
 # ControlMaster=auto, ControlPersist=60s, compression on).
 BUILTIN_VARIANTS: dict[str, dict[str, str]] = {
     "baseline": {},
