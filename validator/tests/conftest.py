@@ -5,7 +5,10 @@ import io
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import textwrap
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import redirect_stderr, redirect_stdout
@@ -191,3 +194,48 @@ def filter_error() -> type[Exception]:
 
     error: type[Exception] = AnsibleFilterError
     return error
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_playbook(
+    tmp_path: Path, play: str, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The real ansible-playbook on localhost: `play` (dedented) as tmp_path/play.yml, run in
+    tmp_path with the llamafleet_common role's modules and action plugins and the repository's
+    roles (tmp_path/roles first); `env` adds to or replaces that environment."""
+    common = REPO / "roles" / "llamafleet_common"
+    (tmp_path / "play.yml").write_text(textwrap.dedent(play))
+    full = {
+        "ANSIBLE_LIBRARY": str(common / "library"),
+        "ANSIBLE_ACTION_PLUGINS": str(common / "action_plugins"),
+        "ANSIBLE_ROLES_PATH": f"{tmp_path / 'roles'}:{REPO / 'roles'}",
+        "ANSIBLE_LOCALHOST_WARNING": "false",
+        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default",
+        "ANSIBLE_NOCOLOR": "1",
+        "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
+        "HOME": str(tmp_path),
+    } | (env or {})
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "play.yml", *extra],
+        cwd=tmp_path,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def playbook_results(out: str) -> dict[str, Any]:
+    """The `RESULT <name> <json>` lines (debug msg) a test playbook prints, by name."""
+    found = {}
+    for raw in out.splitlines():
+        line = raw.strip()
+        if line.startswith('"msg": "RESULT '):
+            msg = json.loads("{" + line.rstrip(",") + "}")["msg"]
+            _, name, data = msg.split(" ", 2)
+            found[name] = json.loads(data)
+    return found

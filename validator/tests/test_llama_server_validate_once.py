@@ -11,15 +11,14 @@ the second check, and their logs say so)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from conftest import playbook_results, run_playbook
+
 SHA = "0123456789abcdef" * 4
 
 
@@ -87,8 +86,7 @@ def test_the_same_check_runs_once_per_host_and_run(tmp_path: Path) -> None:
         _include("refused again", refused),
     ]
     tasks = "\n".join(textwrap.indent(s, "    ") for s in steps)
-    play = tmp_path / "play.yml"
-    play.write_text(
+    play = (
         "- hosts: localhost\n"
         "  gather_facts: false\n"
         "  vars:\n"
@@ -99,31 +97,13 @@ def test_the_same_check_runs_once_per_host_and_run(tmp_path: Path) -> None:
         f"{tasks}\n"
         "    - name: show\n"
         "      ansible.builtin.debug:\n"
-        '        msg: "RESULT {{ outcomes | to_json }}"\n'
+        '        msg: "RESULT outcomes {{ outcomes | to_json }}"\n'
     )
     (tmp_path / ".git").mkdir()
-    common = REPO / "roles" / "llamafleet_common"
-    env = {
-        "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
-        "ANSIBLE_ACTION_PLUGINS": str(common / "action_plugins"),
-        "ANSIBLE_LOCALHOST_WARNING": "false",
-        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
-        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default",
-        "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
-    }
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), str(play)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    lines = [ln for ln in proc.stdout.splitlines() if '"msg": "RESULT ' in ln]
-    assert lines, proc.stdout[-3000:] + proc.stderr[-3000:]
-    raw = json.loads("{" + lines[0].strip().rstrip(",") + "}")["msg"][len("RESULT ") :]
-    got = {o["label"]: o for o in json.loads(raw)}
+    proc = run_playbook(tmp_path, play)
+    results = playbook_results(proc.stdout)
+    assert "outcomes" in results, proc.stdout[-3000:] + proc.stderr[-3000:]
+    got = {o["label"]: o for o in results["outcomes"]}
     assert got["first"] == {"label": "first", "failed": False, "checked": True}
     # exactly what this host passed a moment ago: not checked again
     assert got["again"]["checked"] is False

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from types import ModuleType
@@ -17,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from conftest import load_ansible_plugin, run_cli
+from conftest import load_ansible_plugin, playbook_results, run_cli, run_playbook
 from llamafleet import planner
 from llamafleet.gguf_meta import load_model_meta
 from llamafleet.preflight import check_items, refusal
@@ -156,43 +154,6 @@ def test_the_refused_field_is_named(gpu: ModuleType) -> None:
 # --- the module against stand-in nvidia-smi programs ------------------------------------------
 
 
-def _playbook(
-    tmp_path: Path, play: str, *extra: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    (tmp_path / "play.yml").write_text(textwrap.dedent(play))
-    env = (env or {}) | {
-        "ANSIBLE_LIBRARY": str(COMMON / "library"),
-        "ANSIBLE_ROLES_PATH": f"{tmp_path / 'roles'}:{REPO / 'roles'}",
-        "ANSIBLE_LOCALHOST_WARNING": "false",
-        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
-        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default",
-        "ANSIBLE_NOCOLOR": "1",
-        "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
-        "HOME": str(tmp_path),
-    }
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "play.yml", *extra],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-
-
-def _results(out: str) -> dict[str, Any]:
-    """The RESULT <name> <json> lines the test playbooks print."""
-    found = {}
-    for raw in out.splitlines():
-        line = raw.strip()
-        if line.startswith('"msg": "RESULT '):
-            msg = json.loads("{" + line.rstrip(",") + "}")["msg"]
-            _, name, data = msg.split(" ", 2)
-            found[name] = json.loads(data)
-    return found
-
-
 def _stand_in(path: Path, body: str) -> Path:
     path.write_text("#!/bin/sh\n" + body)
     path.chmod(0o755)
@@ -226,7 +187,7 @@ def test_module_on_stand_ins(tmp_path: Path) -> None:
         ">&2\nexit 9\n",
     )
     none = _stand_in(tmp_path / "none", "echo 'No devices were found'\nexit 6\n")
-    proc = _playbook(
+    proc = run_playbook(
         tmp_path,
         f"""\
         - hosts: localhost
@@ -260,7 +221,7 @@ def test_module_on_stand_ins(tmp_path: Path) -> None:
                           ['absent', absent], ['failing', failing]] }}}}"
         """,
     )
-    got = _results(proc.stdout)
+    got = playbook_results(proc.stdout)
     assert set(got) == {"scenario", "older", "nodev", "absent", "failing"}, proc.stdout
     want = {
         "index": 0,
@@ -313,13 +274,13 @@ def test_the_role_runs_once_per_play_and_with_tags(tmp_path: Path) -> None:
             llamafleet_common_nvidia_smi: {smi}
           roles: [one, two]
         """
-    proc = _playbook(tmp_path, play)
-    got = _results(proc.stdout)
+    proc = run_playbook(tmp_path, play)
+    got = playbook_results(proc.stdout)
     assert got["one"] == got["two"] and got["one"][0]["memory_mib"] == 16376, proc.stdout
     assert (tmp_path / "calls").read_text() == "call\n"
     (tmp_path / "calls").unlink()
-    proc = _playbook(tmp_path, play, "--tags", "two")
-    got = _results(proc.stdout)
+    proc = run_playbook(tmp_path, play, "--tags", "two")
+    got = playbook_results(proc.stdout)
     assert set(got) == {"two"} and got["two"][0]["arch"] == "89", proc.stdout
     assert (tmp_path / "calls").read_text() == "call\n"
 
@@ -725,7 +686,7 @@ def test_the_llama_server_profile_plans_in_memory(plan: ModuleType, tmp_path: Pa
     }
     (tmp_path / "vars.json").write_text(json.dumps(variables))
     profile = REPO / "roles" / "llama_server" / "tasks" / "profile.yml"
-    proc = _playbook(
+    proc = run_playbook(
         tmp_path,
         f"""\
         - hosts: localhost
@@ -741,7 +702,7 @@ def test_the_llama_server_profile_plans_in_memory(plan: ModuleType, tmp_path: Pa
         "@vars.json",
         env={"ANSIBLE_ACTION_PLUGINS": str(COMMON / "action_plugins")},
     )
-    got = _results(proc.stdout)
+    got = playbook_results(proc.stdout)
     assert "args" in got, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert set(got["args"]) == {"main", "short"}
     fork = FORK_HELP.read_text()

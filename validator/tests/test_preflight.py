@@ -6,14 +6,13 @@ mapping rendered into units and inline facts; the action plugin in a real playbo
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conftest import playbook_results, run_playbook
 from llamafleet.errors import InputError
 from llamafleet.facts import FactsError, apply_facts
 from llamafleet.preflight import PreflightError, check_items, instance_ignores, refusal
@@ -265,10 +264,8 @@ def test_the_action_plugin_runs_in_a_real_playbook(tmp_path: Path) -> None:
         "texts": [{"path": "gpu1:/etc/systemd/system/u.service", "text": _unit("0.0.0.0", 8080)}],
         "settings": [settings],
     }
-    play = tmp_path / "play.yml"
-    play.write_text(
-        textwrap.dedent(
-            f"""\
+    play = textwrap.dedent(
+        f"""\
             - hosts: localhost
               gather_facts: false
               tasks:
@@ -302,33 +299,14 @@ def test_the_action_plugin_runs_in_a_real_playbook(tmp_path: Path) -> None:
                   ignore_errors: true
                 - name: show
                   ansible.builtin.debug:
-                    msg: "RESULT {{{{ [out, out_client, out_bad] | to_json }}}}"
+                    msg: "RESULT all {{{{ [out, out_client, out_bad] | to_json }}}}"
             """
-        )
     )
     (tmp_path / ".git").mkdir()
-    env = {
-        "ANSIBLE_ACTION_PLUGINS": str(ROOT / "roles" / "llamafleet_common" / "action_plugins"),
-        "ANSIBLE_LOCALHOST_WARNING": "false",
-        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
-        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default",
-        "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
-    }
 
     def run() -> list[dict[str, Any]]:
-        proc = subprocess.run(
-            [str(Path(sys.executable).parent / "ansible-playbook"), str(play)],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        line = next(ln for ln in proc.stdout.splitlines() if '"msg": "RESULT ' in ln)
-        result: list[dict[str, Any]] = json.loads(
-            json.loads("{" + line.strip().rstrip(",") + "}")["msg"][len("RESULT ") :]
-        )
+        proc = run_playbook(tmp_path, play)
+        result: list[dict[str, Any]] = playbook_results(proc.stdout)["all"]
         return result
 
     out, out_client, out_bad = run()
