@@ -1,6 +1,7 @@
 # llamafleet: the two commands of the README, and their parts.
 #   make site   provision the local test host with the whole site (CPU build, tiny model)
 #   make test   lint + unit tests + Molecule scenarios on real systemd test hosts + fleet-sim at N = 2
+#   make test-quick   lint + unit tests + the default scenario (the inner loop)
 #   make fleet-sim SIZES=5,10,25,50   time playbooks/rollout.yml on N test hosts (docs/scale.md)
 SHELL := /bin/bash
 .ONESHELL:
@@ -11,16 +12,21 @@ export LLAMAFLEET_TESTHOSTS ?= /var/tmp/llamafleet-testhosts
 export LLAMAFLEET_NET ?= 10.131.7
 export PIP_CACHE_DIR ?= $(LLAMAFLEET_CACHE)/pip
 export ANSIBLE_FORCE_COLOR ?= 0
+# the shipped llama.cpp builds of one test suite (index.json + tarballs, as rollout_build_cache):
+# the default scenario compiles the fork and ships it here, every later scenario installs it
+export LLAMAFLEET_BUILDS ?= $(LLAMAFLEET_TESTHOSTS)/builds
 
 VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 TESTHOST := testbed/testhost.sh
 
-.PHONY: help bootstrap site site-down test lint unit molecule bench clean fleet-sim fleet-sim-ci
+.PHONY: help bootstrap site site-down test test-quick test-phases lint unit molecule bench clean \
+	fleet-sim fleet-sim-ci images ph-lint ph-unit ph-images ph-default ph-cuda ph-claude ph-pool \
+	ph-fleet ph-fleet-sim
 
 help:
-	@sed -n '2,4p' Makefile
+	@sed -n '2,6p' Makefile
 
 # Python tools on the controller: Ansible, Molecule, testinfra, linters and the llamafleet package.
 $(VENV)/.stamp: validator/pyproject.toml requirements-dev.txt
@@ -43,7 +49,80 @@ site-down:
 	$(TESTHOST) cleanup || true
 
 # ---------------------------------------------------------------- tests
-test: bootstrap lint unit molecule fleet-sim-ci
+# `make test` runs its phases two at a time (two cores; make -j2) in two lanes, and prints at its
+# end a table of every phase's wall time beside its budget; a phase over its budget is named.
+#   lane 1: lint, unit, default (compiles the fork and ships the build), claude, fleet
+#   lane 2: images (the test hosts' root images), cuda, pool and fleet-sim (after default's build)
+# Budgets: minutes on this machine kind (2 cores, 24 GiB), cold cache / warm cache. Each lane sums
+# to at most the suite's budget (45 cold / 30 warm); CI runs everything, always.
+SUITE_BUDGET := 45 30
+BUDGET_bootstrap := 3 1
+BUDGET_lint := 3 2
+BUDGET_unit := 5 4
+BUDGET_images := 5 1
+BUDGET_default := 12 7
+BUDGET_cuda := 6 4
+BUDGET_claude := 14 10
+BUDGET_pool := 16 12
+BUDGET_fleet := 8 5
+BUDGET_fleet-sim := 5 3
+PHASE := testbed/phase
+# Scenarios that run at once each get their own network (TEST_NET.N), bridge and state directory,
+# so their hosts, HTTP servers and clean-ups never meet.
+TEST_NET ?= 10.131
+# $(call scenario,NAME,N): molecule test -s NAME on TEST_NET.N, timed as phase NAME
+scenario = LLAMAFLEET_NET=$(TEST_NET).$(2) LLAMAFLEET_BRIDGE=lfbr$(2) \
+	LLAMAFLEET_TESTHOSTS=$(LLAMAFLEET_TESTHOSTS)/$(1) $(PHASE) run $(1) $(BUDGET_$(1)) -- $(BIN)/molecule test -s $(1)
+
+test:
+	$(PHASE) reset
+	$(PHASE) run bootstrap $(BUDGET_bootstrap) -- $(MAKE) --no-print-directory bootstrap
+	# the suite's shipped builds start empty: the default scenario compiles the one build
+	rm -rf "$(LLAMAFLEET_BUILDS)"
+	rc=0; $(MAKE) --no-print-directory -j2 test-phases || rc=$$?
+	$(PHASE) report $(SUITE_BUDGET)
+	exit $$rc
+
+# the inner loop: lint, unit tests and the default scenario
+test-quick:
+	$(PHASE) reset
+	$(PHASE) run bootstrap $(BUDGET_bootstrap) -- $(MAKE) --no-print-directory bootstrap
+	rm -rf "$(LLAMAFLEET_BUILDS)"
+	rc=0; $(MAKE) --no-print-directory ph-lint ph-unit ph-default || rc=$$?
+	$(PHASE) report $(SUITE_BUDGET)
+	exit $$rc
+
+test-phases: ph-lint ph-unit ph-images ph-default ph-cuda ph-claude ph-pool ph-fleet ph-fleet-sim
+
+# the lanes: each phase waits for the one before it in its lane (and pool/fleet-sim, claude and
+# fleet for the build default ships)
+ph-unit: ph-lint
+ph-default: ph-unit ph-images
+ph-claude: ph-default
+ph-fleet: ph-claude
+ph-cuda: ph-images
+ph-pool: ph-cuda ph-default
+ph-fleet-sim: ph-pool
+
+ph-lint:
+	$(PHASE) run lint $(BUDGET_lint) -- $(MAKE) --no-print-directory lint
+ph-unit:
+	$(PHASE) run unit $(BUDGET_unit) -- $(MAKE) --no-print-directory unit
+ph-images:
+	$(PHASE) run images $(BUDGET_images) -- $(MAKE) --no-print-directory images
+ph-default:
+	$(call scenario,default,7)
+ph-claude:
+	$(call scenario,claude,8)
+ph-cuda:
+	$(call scenario,cuda,9)
+ph-fleet:
+	$(call scenario,fleet,10)
+ph-pool:
+	$(call scenario,pool,11)
+ph-fleet-sim:
+	LLAMAFLEET_NET=$(TEST_NET).12 LLAMAFLEET_BRIDGE=lfbr12 LLAMAFLEET_TESTHOSTS=$(LLAMAFLEET_TESTHOSTS)/fleet-sim \
+	  $(PHASE) run fleet-sim $(BUDGET_fleet-sim) -- $(MAKE) --no-print-directory fleet-sim-ci
 
 lint: $(VENV)/.stamp
 	# the Python of the roles (modules, plugins), the playbooks and the test tooling too
@@ -59,12 +138,20 @@ unit: $(VENV)/.stamp
 	testbed/unit-tools.sh >/dev/null
 	(cd validator && $(BIN)/python -m pytest -q -p no:cacheprovider)
 
+# the test hosts' root images (debootstrap once per suite, cached), built beside lint and unit
+images:
+	$(TESTHOST) deps
+	$(TESTHOST) rootfs bookworm >/dev/null
+	$(TESTHOST) rootfs trixie >/dev/null
+
+# every scenario, one after the other (make test runs them two at a time)
 molecule: bootstrap
-	$(BIN)/molecule test -s default
-	$(BIN)/molecule test -s claude
-	$(BIN)/molecule test -s cuda
-	$(BIN)/molecule test -s fleet
-	$(BIN)/molecule test -s pool
+	rm -rf "$(LLAMAFLEET_BUILDS)"
+	$(call scenario,default,7)
+	$(call scenario,cuda,9)
+	$(call scenario,claude,8)
+	$(call scenario,pool,11)
+	$(call scenario,fleet,10)
 
 # The rollout at scale (docs/scale.md): N test hosts per size, each variant measured on fresh hosts;
 # results, logs, table.md and fleet-sim.png in .cache/fleet-sim. SIZES=5 (the default) fits CI.

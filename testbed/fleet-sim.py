@@ -15,9 +15,11 @@ and records each run's wall time, the peak memory of the controller (the proport
 of ansible-playbook and every process under it: forks, ssh), the bytes each host received over its
 link and the recap. The hosts are removed after each (N, variant), whatever happened.
 
-llama.cpp is compiled at most once: before any timed run, when the persistent build cache holds no
-build of the pinned commit, one extra host compiles it (with the shared ccache) and ships it into
-the cache, exactly like the fleet scenario's first rollout.
+llama.cpp is compiled at most once: before any timed run, when the build cache holds no build of
+the pinned commit, one extra host compiles it (with the shared ccache) and ships it into the
+cache, exactly like a rollout's builder. The build cache is LLAMAFLEET_BUILDS when set (`make
+test`: the suite's shipped builds, which the default scenario compiled), else the persistent
+LLAMAFLEET_CACHE/fleet-sim/builds.
 
   fleet-sim.py [--sizes 5,10,25,50] [--variant baseline --variant fast ...] [--out DIR]
   fleet-sim.py --report DIR            table and plot again from DIR/results.json
@@ -389,52 +391,16 @@ def wait_ssh(ip: str, timeout: float = 60) -> None:
     raise SimError(f"no SSH on {ip}:22 after {timeout:.0f} s")
 
 
-APT_OWN = "/var/cache/apt/archives-own"
-
-
-def own_apt_archive(shared: Path, dest: Path) -> None:
-    """A host's own apt archive: hard links to the shared one's packages (no copy, no download).
-    testhost.sh gives every host of a suite the same archive directory, and with it the same
-    archive lock: hosts installing packages at once then wait for each other, or give up ("Could
-    not get lock /var/cache/apt/archives/lock"), which machines of a real fleet never do."""
-    if dest.exists():
-        shutil.rmtree(dest)
-    (dest / "partial").mkdir(parents=True)
-    for deb in shared.glob("*.deb"):
-        try:
-            os.link(deb, dest / deb.name)
-        except OSError:  # another file system: a copy
-            shutil.copy2(deb, dest / deb.name)
-
-
-def use_own_apt_archive(env: dict[str, str], name: str) -> None:
-    """Point the host's apt at its own archive (bound at APT_OWN)."""
-    conf = (
-        Path(env["LLAMAFLEET_TESTHOSTS"]) / "hosts" / name / "root" / "etc" / "apt" / "apt.conf.d"
-    )
-    (conf / "90-fleet-sim-archive").write_text(f'Dir::Cache::Archives "{APT_OWN}/";\n')
-
-
 @contextmanager
 def booted(
     hosts: Sequence[tuple[str, str]], env: dict[str, str], binds: Sequence[str] = ()
 ) -> Iterator[None]:
-    """Boot the hosts (four at a time), each with its own apt archive unless `binds` are given
-    (the builder uses the shared one, so what it downloads is kept); remove every one of them and
-    their archives afterwards, whatever happens."""
-    cache, state = Path(env["LLAMAFLEET_CACHE"]), Path(env["LLAMAFLEET_TESTHOSTS"])
-    own = not binds
+    """Boot the hosts (four at a time; each gets its own apt archive from testhost.sh) and remove
+    every one of them afterwards, whatever happens."""
 
     def up(host: tuple[str, str]) -> None:
         name, ip = host
-        extra = list(binds)
-        if own:
-            archive = state / "fleet-sim-apt" / name
-            own_apt_archive(cache / "apt" / "bookworm", archive)
-            extra.append(f"{archive}:{APT_OWN}")
-        testhost("up", name, ip, "bookworm", *extra, env=env)
-        if own:
-            use_own_apt_archive(env, name)
+        testhost("up", name, ip, "bookworm", *binds, env=env)
         wait_ssh(ip)
 
     try:
@@ -444,8 +410,6 @@ def booted(
     finally:
         with ThreadPoolExecutor(max_workers=4) as pool:
             list(pool.map(lambda h: testhost("down", h[0], env=env, check=False), hosts))
-        for name, _ in hosts:
-            shutil.rmtree(state / "fleet-sim-apt" / name, ignore_errors=True)
 
 
 # ------------------------------------------------------------------ runs
@@ -598,7 +562,8 @@ def prepare(env: dict[str, str], out: Path) -> Setup:
         net=env["LLAMAFLEET_NET"],
         key=key,
         www=www,
-        build_cache=cache / "fleet-sim" / "builds",
+        # the test suite's shipped builds (make test: the default scenario's build), else its own
+        build_cache=Path(env.get("LLAMAFLEET_BUILDS") or cache / "fleet-sim" / "builds"),
         model_sha=(www / "models" / "tiny-llama.gguf.sha256").read_text().strip(),
         out=out,
     )

@@ -11,6 +11,7 @@ cache (what the rollout's prompt-cache gate measures; never above 100 %).
 
     pool-load.py run --url https://10.131.7.51:8443 --ca-file ca.pem --key-file pool.key \\
         --conversations 6 --turns 5 --json out.json [--state conv.json] [--stop-file PATH]
+        [--spread 3] [--ready-file PATH] [--turns-after-stop 1]
         [--system shared --new-session-every-turn [--attribution-header]]
     pool-load.py compare affinity.json roundrobin.json [--json summary.json]
     pool-load.py moved before.json after.json --stopped HOST [--json summary.json]
@@ -20,6 +21,14 @@ when --stop-file exists (after the turns in flight). It talks only to private or
 addresses (test hosts) unless --any-host. The key is read from a file, never from the command
 line. With --state, the conversations are read from and written back to that file, so a second
 run continues them (the same sessions, their prompts grown further).
+
+Nothing is left to chance where a test needs traffic on every backend: with --spread N the
+conversations' session ids are chosen, before the first turn, so that they land evenly on N
+backends (each candidate id is tried with a GET /v1/models carrying it, and the pool's
+X-Llamafleet-Backend answer says where it went); a run that cannot reach N backends fails before
+it sends a message. --ready-file PATH is written once every conversation has finished its first
+turn (a test waits for it instead of sleeping), and --turns-after-stop K lets each conversation
+take K more turns once the stop file exists (traffic after a change, without a timed wait).
 
 Many short sessions of one client (`claude -p` from scripts): --system shared gives every session
 the same system text (Claude Code's system prompt and tools are the same for every session of one
@@ -93,6 +102,13 @@ class Conversation:
         self.prev_total = 0  # prompt + answer of the last request that succeeded
         self.backend = ""
         self.resets = 0
+
+    def redraw(self, prompt_tokens: int) -> None:
+        """Another session id before the first turn (--spread), its system text to match."""
+        self.session = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+        self.system = self.shared or f"Conversation {self.session}.\n" + _words(
+            self.rng, prompt_tokens
+        )
 
     def reset(self, prompt_tokens: int) -> None:
         """A new session (the prompt reached --max-prompt-tokens): as a user starting over."""
@@ -183,6 +199,32 @@ class Client:
             blocks.insert(0, {"type": "text", "text": header})
         return blocks
 
+    def headers(self, session: str) -> dict[str, str]:
+        headers = {
+            "content-type": "application/json",
+            "anthropic-version": "2023-06-01",
+            "X-Claude-Code-Session-Id": session,
+        }
+        if self.auth == "bearer":
+            headers["Authorization"] = f"Bearer {self.key}"
+        else:
+            headers["x-api-key"] = self.key
+        return headers
+
+    def backend_of(self, session: str) -> str:
+        """The backend the pool sends this session id to (a GET /v1/models carrying it, with the
+        key: the X-Llamafleet-Backend answer names it; "" when the pool names none)."""
+        conn = self._connection()
+        try:
+            conn.request("GET", "/v1/models", headers=self.headers(session))
+            resp = conn.getresponse()
+            resp.read()
+            if resp.status != 200:
+                raise SystemExit(f"pool-load: GET /v1/models answered {resp.status}")
+            return resp.getheader("X-Llamafleet-Backend", "") or ""
+        finally:
+            conn.close()
+
     def send(self, conv: Conversation) -> dict[str, Any]:
         body = {
             "model": self.model,
@@ -191,15 +233,7 @@ class Client:
             "system": self.system_blocks(conv),
             "messages": conv.messages,
         }
-        headers = {
-            "content-type": "application/json",
-            "anthropic-version": "2023-06-01",
-            "X-Claude-Code-Session-Id": conv.session,
-        }
-        if self.auth == "bearer":
-            headers["Authorization"] = f"Bearer {self.key}"
-        else:
-            headers["x-api-key"] = self.key
+        headers = self.headers(conv.session)
         out: dict[str, Any] = {"status": 0, "backend": "", "error": ""}
         conn = self._connection()
         try:
@@ -305,6 +339,61 @@ def _turn(
     return rec
 
 
+MAX_SPREAD_TRIES = 200
+
+
+def spread(convs: list[Conversation], client: Client, n: int, prompt_tokens: int) -> None:
+    """Choose each conversation's session id so that the conversations land evenly on n backends:
+    a candidate is kept when its backend has no more conversations than the emptiest of the n
+    (a backend not seen yet has none), so conversation i goes to a new backend while fewer than n
+    are seen, and every backend ends with len(convs) // n or one more."""
+    counts: Counter[str] = Counter()
+    for conv in convs:
+        for _ in range(MAX_SPREAD_TRIES):
+            backend = client.backend_of(conv.session)
+            if not backend:
+                raise SystemExit(
+                    "pool-load: --spread: the pool names no backend (X-Llamafleet-Backend)"
+                )
+            emptiest = 0 if len(counts) < n else min(counts.values())
+            if counts[backend] <= emptiest:
+                counts[backend] += 1
+                break
+            conv.redraw(prompt_tokens)
+        else:
+            raise SystemExit(
+                f"pool-load: --spread {n}: conversation {conv.index} found no session id for a "
+                f"backend with {emptiest} conversations in {MAX_SPREAD_TRIES} tries (so far: "
+                f"{dict(sorted(counts.items()))}); is every backend up?"
+            )
+    if len(counts) < n:
+        raise SystemExit(f"pool-load: --spread {n}: only {len(counts)} backends answered")
+
+
+def _conversations(
+    args: argparse.Namespace, client: Client, state: Path | None
+) -> list[Conversation]:
+    """The conversations of a run: read from --state, else new ones (placed with --spread)."""
+    if state is not None and state.exists():
+        return [Conversation.from_json(c, args.seed) for c in json.loads(state.read_text())]
+    shared = ""
+    if args.system == "shared":
+        # one system text for every session, as one client version's prompt and tools
+        shared = "You are a coding agent.\n" + _words(
+            random.Random(f"{args.seed}-system"), args.prompt_tokens
+        )
+    convs = [
+        Conversation(i, args.seed, args.prompt_tokens, shared) for i in range(args.conversations)
+    ]
+    if args.spread:
+        if args.new_session_every_turn:
+            raise SystemExit(
+                "pool-load: --spread places sessions: not with --new-session-every-turn"
+            )
+        spread(convs, client, args.spread, args.prompt_tokens)
+    return convs
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     if not 1 <= args.conversations <= MAX_CONVERSATIONS:
         raise SystemExit(f"pool-load: --conversations must be 1..{MAX_CONVERSATIONS}")
@@ -314,31 +403,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     key = Path(args.key_file).read_text().strip().splitlines()[0] if args.key_file else ""
     client = Client(args, key)
     state = Path(args.state) if args.state else None
-    if state is not None and state.exists():
-        convs = [Conversation.from_json(c, args.seed) for c in json.loads(state.read_text())]
-    else:
-        shared = ""
-        if args.system == "shared":
-            # one system text for every session, as one client version's prompt and tools
-            shared = "You are a coding agent.\n" + _words(
-                random.Random(f"{args.seed}-system"), args.prompt_tokens
-            )
-        convs = [
-            Conversation(i, args.seed, args.prompt_tokens, shared)
-            for i in range(args.conversations)
-        ]
+    convs = _conversations(args, client, state)
     records: list[dict[str, Any]] = []
     lock = threading.Lock()
     t0 = time.monotonic()
     stop = Path(args.stop_file) if args.stop_file else None
+    ready = Path(args.ready_file) if args.ready_file else None
+    first_turns_done = [0]
 
     def worker(conv: Conversation) -> None:
-        for _ in range(args.turns):
-            if time.monotonic() - t0 >= duration or (stop is not None and stop.exists()):
+        after_stop = 0
+        for i in range(args.turns):
+            if time.monotonic() - t0 >= duration:
                 return
+            if stop is not None and stop.exists():
+                if after_stop >= args.turns_after_stop:
+                    return
+                after_stop += 1
             rec = _turn(conv, client, args, t0)
             with lock:
                 records.append(rec)
+                if i == 0:
+                    first_turns_done[0] += 1
+                    if ready is not None and first_turns_done[0] == len(convs):
+                        ready.write_text("ready\n")
             time.sleep(args.pause)
 
     threads = [threading.Thread(target=worker, args=(c,), daemon=True) for c in convs]
@@ -570,6 +658,21 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--duration", type=float, default=600.0, help="seconds (at most)")
     run.add_argument(
         "--stop-file", default="", help="stop (after the turns in flight) once it exists"
+    )
+    run.add_argument(
+        "--turns-after-stop",
+        type=int,
+        default=0,
+        help="turns each conversation still takes once the stop file exists",
+    )
+    run.add_argument(
+        "--spread",
+        type=int,
+        default=0,
+        help="choose the session ids so that the conversations land evenly on this many backends",
+    )
+    run.add_argument(
+        "--ready-file", default="", help="written once every conversation had its first turn"
     )
     run.add_argument("--state", default="", help="read and write the conversations here")
     run.add_argument(

@@ -15,6 +15,8 @@
 #   testhost.sh cleanup                     unserve + net-down, if no host is running
 #   testhost.sh ssh-config                  print an ssh_config for the test network
 #   testhost.sh list
+#   testhost.sh apt-archive SUITE DIR       a host's own apt archive in DIR (links to the cached packages)
+#   testhost.sh apt-keep DIR SUITE          put the packages downloaded into DIR into the cache
 #
 # Environment:
 #   LLAMAFLEET_CACHE      persistent cache: rootfs images, apt archives, ccache (default /var/cache/llamafleet)
@@ -114,8 +116,8 @@ EOF
   chroot "$tmp" systemctl enable systemd-networkd.service >/dev/null 2>&1
   chroot "$tmp" systemctl mask getty@tty1.service console-getty.service serial-getty@ttyS0.service \
     systemd-resolved.service apt-daily.timer apt-daily-upgrade.timer >/dev/null 2>&1 || true
-  # apt: the same mirror, this suite, with updates and security; keep downloaded .debs (the archive
-  # directory is a shared cache bind-mounted per suite).
+  # apt: the same mirror, this suite, with updates and security; keep downloaded .debs (each host's
+  # archive starts as links to the suite's cache and gives back what it downloaded, see cmd_up).
   rm -f "$tmp/etc/apt/sources.list"
   local sec
   sec=$(debian_security_mirror "$mirror")
@@ -190,6 +192,27 @@ cgroup_dirs() {
   fi
 }
 
+# A host's own apt archive: hard links to LLAMAFLEET_CACHE/apt/SUITE's packages (a copy where the
+# two are on different file systems).
+own_apt_archive() {
+  local suite=$1 dest=$2
+  mkdir -p "$CACHE/apt/$suite/partial" "$dest/partial"
+  find "$CACHE/apt/$suite" -maxdepth 1 -name '*.deb' -type f -print0 \
+    | xargs -0 -r cp -l -n -t "$dest" 2>/dev/null \
+    || find "$CACHE/apt/$suite" -maxdepth 1 -name '*.deb' -type f -print0 | xargs -0 -r cp -n -t "$dest"
+}
+
+# The packages a host downloaded (DIR, its archive) go into SUITE's cache: complete .debs only; a
+# name the cache has already is kept as it is.
+keep_apt_downloads() {
+  local dir=$1 suite=$2
+  [ -d "$dir" ] && [ -n "$suite" ] || return 0
+  mkdir -p "$CACHE/apt/$suite/partial"
+  find "$dir" -maxdepth 1 -name '*.deb' -type f -print0 \
+    | xargs -0 -r cp -l -n -t "$CACHE/apt/$suite" 2>/dev/null \
+    || find "$dir" -maxdepth 1 -name '*.deb' -type f -print0 | xargs -0 -r cp -n -t "$CACHE/apt/$suite" || true
+}
+
 cmd_up() {
   need_root
   local name=${1:?name} ip=${2:?ip} suite=${3:-bookworm}; shift 3 || shift $#
@@ -219,9 +242,13 @@ Address=$ip/24
 Gateway=$GW
 LinkLocalAddressing=no
 EOF
-  # Shared caches: apt archives per suite always, plus whatever the caller asks for.
-  local binds=("--bind=$CACHE/apt/$suite:/var/cache/apt/archives") b src dst ro
-  mkdir -p "$CACHE/apt/$suite/partial"
+  # apt: the host's own archive, hard links to the suite's cached packages (no copy, no download).
+  # One archive shared by hosts that install at once means one archive lock: they wait for each
+  # other or give up ("Could not get lock /var/cache/apt/archives/lock"), which no real fleet
+  # does. What the host downloads goes back into the cache when it is removed (cmd_down).
+  own_apt_archive "$suite" "$h/apt"
+  echo "$suite" > "$h/suite"
+  local binds=("--bind=$h/apt:/var/cache/apt/archives") b src dst ro
   for b in "$@"; do
     IFS=: read -r src dst ro <<<"$b"
     [[ $src = /* ]] || src=$CACHE/$src
@@ -276,6 +303,7 @@ cmd_down() {
   if [ -d "$h/root" ]; then
     mountpoint -q "$h/root" && { umount "$h/root" 2>/dev/null || umount -l "$h/root"; }
   fi
+  keep_apt_downloads "$h/apt" "$(cat "$h/suite" 2>/dev/null || true)"
   rm -rf "$h"
   log "$name down"
 }
@@ -362,5 +390,7 @@ case "${1:-}" in
   ssh-config) cmd_ssh_config ;;
   list) cmd_list ;;
   gateway) echo "$GW" ;;
-  *) sed -n '2,22p' "$0"; exit 2 ;;
+  apt-archive) shift; own_apt_archive "${1:?suite}" "${2:?dir}" ;;
+  apt-keep) shift; keep_apt_downloads "${1:?dir}" "${2:?suite}" ;;
+  *) sed -n '2,24p' "$0"; exit 2 ;;
 esac

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import time
@@ -288,23 +289,35 @@ def test_results_of_several_sittings_are_merged(tmp_path: Path) -> None:
 
 
 def test_each_host_gets_its_own_apt_archive(tmp_path: Path) -> None:
-    shared = tmp_path / "apt"
+    """testhost.sh gives every host its own archive: hosts installing at once never share apt's
+    archive lock (a 10-host rollout failed on 'Could not get lock /var/cache/apt/archives/lock'),
+    and what a host downloaded goes back into the cache when it is removed."""
+    env = {**os.environ, "LLAMAFLEET_CACHE": str(tmp_path / "cache")}
+    shared = tmp_path / "cache" / "apt" / "bookworm"
     (shared / "partial").mkdir(parents=True)
     (shared / "lock").write_text("")
     (shared / "gcc_12.deb").write_bytes(b"deb")
-    own = tmp_path / "hosts" / "lfsim-1"
-    sim.own_apt_archive(shared, own)
+    own = tmp_path / "hosts" / "lfsim-1" / "apt"
+    testhost = str(ROOT / "testbed" / "testhost.sh")
+    subprocess.run([testhost, "apt-archive", "bookworm", str(own)], env=env, check=True)
     # the packages (the same inode: nothing copied), an empty partial/, and no shared lock
     assert sorted(p.name for p in own.iterdir()) == ["gcc_12.deb", "partial"]
     assert (own / "gcc_12.deb").stat().st_ino == (shared / "gcc_12.deb").stat().st_ino
-    sim.own_apt_archive(shared, own)  # again: replaced, not merged
-    assert sorted(p.name for p in own.iterdir()) == ["gcc_12.deb", "partial"]
-    conf = tmp_path / "state" / "hosts" / "lfsim-1" / "root" / "etc" / "apt" / "apt.conf.d"
-    conf.mkdir(parents=True)
-    sim.use_own_apt_archive({"LLAMAFLEET_TESTHOSTS": str(tmp_path / "state")}, "lfsim-1")
-    assert (conf / "90-fleet-sim-archive").read_text() == (
-        'Dir::Cache::Archives "/var/cache/apt/archives-own/";\n'
-    )
+    # the host downloads a package (and leaves a partial one): the complete one is kept
+    (own / "git_2.deb").write_bytes(b"new")
+    (own / "partial" / "curl_8.deb").write_bytes(b"half")
+    (own / "gcc_12.deb").unlink()
+    (own / "gcc_12.deb").write_bytes(b"other")  # a name the cache has: the cache's stays
+    subprocess.run([testhost, "apt-keep", str(own), "bookworm"], env=env, check=True)
+    assert sorted(p.name for p in shared.iterdir()) == [
+        "gcc_12.deb",
+        "git_2.deb",
+        "lock",
+        "partial",
+    ]
+    assert (shared / "gcc_12.deb").read_bytes() == b"deb"
+    assert (shared / "git_2.deb").stat().st_ino == (own / "git_2.deb").stat().st_ino
+    assert not (shared / "partial" / "curl_8.deb").exists()
 
 
 def test_plot_draws_time_and_time_per_host(tmp_path: Path) -> None:

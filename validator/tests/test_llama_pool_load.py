@@ -1,8 +1,11 @@
 """testbed/pool-load.py, the pool's load generator, against a stand-in pool on 127.0.0.1 that
 answers /v1/messages as llama-server's Anthropic endpoint does (server-sent events: message_start
 with the prompt's usage, a text delta, message_delta, message_stop) and names a backend per
-session in X-Llamafleet-Backend: the requests it records, the reuse it computes, failures (an
-error status, a cut stream), its bounds (stop file, addresses) and its reports."""
+session in X-Llamafleet-Backend, on GET /v1/models too: the requests it records, the reuse it
+computes, failures (an error status, a cut stream), its bounds (stop file, addresses), the
+placement of sessions on every backend (--spread) and its reports. The stand-in places sessions
+by a hash of their id, as HAProxy's consistent hash does; it cannot show HAProxy's own placement
+(the pool scenario runs the real one)."""
 
 from __future__ import annotations
 
@@ -37,8 +40,8 @@ class FakePool:
     read from the cache; ``fail`` maps a turn number to a status or "cut" (a stream without its
     message_stop)."""
 
-    def __init__(self) -> None:
-        self.caches: dict[str, dict[str, int]] = {"gpu1": {}, "gpu2": {}}
+    def __init__(self, backends: int = 2) -> None:
+        self.caches: dict[str, dict[str, int]] = {f"gpu{i + 1}": {} for i in range(backends)}
         self.fail: dict[int, Any] = {}
         self.force = ""
         self.seen: list[dict[str, Any]] = []
@@ -47,14 +50,17 @@ class FakePool:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
+            def do_GET(self) -> None:
+                pool.probes += 1
+                backend = pool.backend(self.headers["X-Claude-Code-Session-Id"])
+                self._send(200, b'{"data":[{"id":"tiny"}]}', backend)
+
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 session = self.headers["X-Claude-Code-Session-Id"]
                 pool.seen.append({"headers": dict(self.headers.items()), "body": body})
                 turn = len([m for m in body["messages"] if m["role"] == "user"])
-                backend = pool.force or (
-                    "gpu1" if hashlib.sha256(session.encode()).digest()[0] % 2 else "gpu2"
-                )
+                backend = pool.backend(session)
                 failure = pool.fail.get(turn)
                 if isinstance(failure, int):
                     return self._send(failure, b'{"error":{"message":"busy"}}', backend)
@@ -94,9 +100,16 @@ class FakePool:
             def log_message(self, *args: Any) -> None:
                 pass
 
+        self.probes = 0
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def backend(self, session: str) -> str:
+        if self.force:
+            return self.force
+        names = sorted(self.caches)
+        return names[hashlib.sha256(session.encode()).digest()[0] % len(names)]
 
     def close(self) -> None:
         self.httpd.shutdown()
@@ -299,3 +312,83 @@ def test_compare_prints_both_runs(
     assert load.main(["compare", str(first), str(second)]) == 0
     out = capsys.readouterr().out
     assert "affinity" in out and "other" in out and "next-turn reuse, mean" in out
+
+
+@pytest.mark.parametrize(("backends", "conversations"), [(3, 6), (3, 3), (2, 5), (4, 4)])
+def test_spread_places_the_conversations_evenly_on_every_backend(
+    load: ModuleType, tmp_path: Path, backends: int, conversations: int
+) -> None:
+    """Six random sessions leave one of three backends empty about one run in four; --spread
+    leaves none, whatever the seed."""
+    for seed in ("1", "2", "3"):
+        fake = FakePool(backends)
+        try:
+            data = _run(
+                load,
+                fake,
+                tmp_path,
+                "--conversations",
+                str(conversations),
+                "--turns",
+                "2",
+                "--spread",
+                str(backends),
+                "--seed",
+                seed,
+            )
+        finally:
+            fake.close()
+        by_backend = data["summary"]["by_backend"]
+        assert sorted(by_backend) == sorted(fake.caches)
+        per_conv = {b: n // 2 for b, n in by_backend.items()}
+        assert max(per_conv.values()) - min(per_conv.values()) <= 1
+        assert data["summary"]["failed"] == 0 and data["summary"]["moves"] == 0
+        # the session ids were tried before any message: one probe per candidate
+        assert fake.probes >= conversations
+
+
+def test_spread_fails_before_any_message_when_a_backend_is_missing(
+    load: ModuleType, fake: FakePool, tmp_path: Path
+) -> None:
+    with pytest.raises(SystemExit, match=r"--spread 3: .*is every backend up"):
+        _run(load, fake, tmp_path, "--conversations", "3", "--spread", "3")
+    assert fake.seen == []
+
+
+def test_ready_file_once_every_conversation_had_its_first_turn(
+    load: ModuleType, fake: FakePool, tmp_path: Path
+) -> None:
+    ready = tmp_path / "ready"
+    data = _run(
+        load, fake, tmp_path, "--conversations", "4", "--turns", "2", "--ready-file", str(ready)
+    )
+    assert ready.read_text() == "ready\n"
+    assert data["summary"]["requests"] == 8
+    # not written when a conversation never had a turn (the stop file was there at the start)
+    stop, ready2 = tmp_path / "stop", tmp_path / "ready2"
+    stop.touch()
+    _run(
+        load, fake, tmp_path, "--turns", "3", "--stop-file", str(stop), "--ready-file", str(ready2)
+    )
+    assert not ready2.exists()
+
+
+def test_turns_after_stop(load: ModuleType, fake: FakePool, tmp_path: Path) -> None:
+    stop = tmp_path / "stop"
+    stop.touch()
+    data = _run(
+        load,
+        fake,
+        tmp_path,
+        "--conversations",
+        "3",
+        "--turns",
+        "100",
+        "--stop-file",
+        str(stop),
+        "--turns-after-stop",
+        "2",
+    )
+    # each conversation took exactly two turns after the stop file appeared
+    assert data["summary"]["requests"] == 6
+    assert sorted(r["turn"] for r in data["requests"]) == [1, 1, 1, 2, 2, 2]
