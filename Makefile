@@ -67,8 +67,9 @@ BUDGET_pool := 16 12
 BUDGET_fleet := 8 5
 BUDGET_fleet-sim := 5 3
 PHASE := testbed/phase
-# Scenarios that run at once each get their own network (TEST_NET.N), bridge and state directory,
-# so their hosts, HTTP servers and clean-ups never meet.
+# Scenarios that run at once each get their own network (TEST_NET.N, N = 20..25: apart from
+# LLAMAFLEET_NET, which `make site` and a scenario run by hand use), bridge and state directory, so
+# their hosts, HTTP servers and clean-ups never meet.
 TEST_NET ?= 10.131
 # $(call scenario,NAME,N): molecule test -s NAME on TEST_NET.N, timed as phase NAME
 scenario = LLAMAFLEET_NET=$(TEST_NET).$(2) LLAMAFLEET_BRIDGE=lfbr$(2) \
@@ -111,17 +112,17 @@ ph-unit:
 ph-images:
 	$(PHASE) run images $(BUDGET_images) -- $(MAKE) --no-print-directory images
 ph-default:
-	$(call scenario,default,7)
+	$(call scenario,default,20)
 ph-claude:
-	$(call scenario,claude,8)
+	$(call scenario,claude,21)
 ph-cuda:
-	$(call scenario,cuda,9)
+	$(call scenario,cuda,22)
 ph-fleet:
-	$(call scenario,fleet,10)
+	$(call scenario,fleet,23)
 ph-pool:
-	$(call scenario,pool,11)
+	$(call scenario,pool,24)
 ph-fleet-sim:
-	LLAMAFLEET_NET=$(TEST_NET).12 LLAMAFLEET_BRIDGE=lfbr12 LLAMAFLEET_TESTHOSTS=$(LLAMAFLEET_TESTHOSTS)/fleet-sim \
+	LLAMAFLEET_NET=$(TEST_NET).25 LLAMAFLEET_BRIDGE=lfbr25 LLAMAFLEET_TESTHOSTS=$(LLAMAFLEET_TESTHOSTS)/fleet-sim \
 	  $(PHASE) run fleet-sim $(BUDGET_fleet-sim) -- $(MAKE) --no-print-directory fleet-sim-ci
 
 lint: $(VENV)/.stamp
@@ -147,11 +148,11 @@ images:
 # every scenario, one after the other (make test runs them two at a time)
 molecule: bootstrap
 	rm -rf "$(LLAMAFLEET_BUILDS)"
-	$(call scenario,default,7)
-	$(call scenario,cuda,9)
-	$(call scenario,claude,8)
-	$(call scenario,pool,11)
-	$(call scenario,fleet,10)
+	$(call scenario,default,20)
+	$(call scenario,cuda,22)
+	$(call scenario,claude,21)
+	$(call scenario,pool,24)
+	$(call scenario,fleet,23)
 
 # The rollout at scale (docs/scale.md): N test hosts per size, each variant measured on fresh hosts;
 # results, logs, table.md and fleet-sim.png in .cache/fleet-sim. SIZES=5 (the default) fits CI.
