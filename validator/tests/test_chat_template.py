@@ -10,6 +10,7 @@ llama-server binary) adds a comparison with llama.cpp's own template engine.
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
 import os
@@ -372,6 +373,173 @@ def test_fix_verifies_by_rendering() -> None:
     )
     with pytest.raises(ct.TemplateFixError, match="still raises on the late system message"):
         ct.fix_late_system(template)
+
+
+# ----------------------------------------------------------------------------- crafted templates
+#
+# A model file from the internet can hold any chat template. These are written by the generator
+# below (into the test's own directory): the official guard of the Qwen3.5/3.6 templates (the real
+# Qwen3.5-4B template of the fork's archive, or a minimal ChatML loop with the same guard when the
+# archive is not there) with a run of backslashes in its raise_exception('...') string. The guard
+# pattern before this test backtracked exponentially on it: 60 backslashes in a GGUF's template
+# hung the playbook and `llamafleet template fix`; runs of whitespace in the guard's tag cost
+# quadratic time.
+
+OFFICIAL_RAISE = "raise_exception('System message must be at the beginning.')"
+MINIMAL_GUARDED = (
+    "{%- for message in messages %}\n"
+    "{%- if message.role == 'system' %}\n"
+    "    {%- if not loop.first %}\n"
+    f"        {{{{- {OFFICIAL_RAISE} }}}}\n"
+    "    {%- endif %}\n"
+    "{%- endif %}\n"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}\n"
+)
+#: Generous for a slow, busy machine (each takes well under a second on an idle one).
+CRAFTED_SECONDS = 5.0
+
+
+def backslash_template(base: str, count: int, concatenated: bool) -> str:
+    """``base`` with the official guard's message ending in ``count`` backslashes (an even count:
+    a valid Jinja string of count/2 escaped backslashes). ``concatenated``: the string is followed
+    by ``~ ''``, the form on which the old guard pattern backtracked (about 1.6^count steps) before
+    failing; otherwise a plain string, which the fix rewrites."""
+    assert count % 2 == 0 and OFFICIAL_RAISE in base
+    message = "System message must be at the beginning." + "\\" * count
+    arg = f"'{message}'" + (" ~ ''" if concatenated else "")
+    return base.replace(OFFICIAL_RAISE, f"raise_exception({arg})")
+
+
+@pytest.fixture(params=["minimal", "qwen35"])
+def guarded(request: pytest.FixtureRequest) -> str:
+    """A template with the official guard: the minimal ChatML loop, the real Qwen3.5 template."""
+    if request.param == "minimal":
+        return MINIMAL_GUARDED
+    text: str = request.getfixturevalue("qwen35")
+    return text
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    t0 = time.monotonic()
+    try:
+        result: Any = fn()
+    except ct.TemplateFixError as exc:
+        result = exc
+    return result, time.monotonic() - t0
+
+
+@pytest.mark.parametrize("count", [60, 10_000, 1_000_000])
+def test_the_guard_search_is_linear_on_backslashes(count: int) -> None:
+    """The pattern alone, in this process: a million backslashes take well under a second."""
+    template = backslash_template(MINIMAL_GUARDED, count, concatenated=True)
+    t0 = time.monotonic()
+    assert list(ct._GUARD.finditer(template)) == []
+    plain = backslash_template(MINIMAL_GUARDED, count, concatenated=False)
+    (m,) = ct._GUARD.finditer(plain)
+    assert m.group("msg").endswith("\\" * count)
+    assert time.monotonic() - t0 < CRAFTED_SECONDS
+
+
+@pytest.mark.parametrize(
+    "tag",
+    [
+        "{%- if" + " " * 100_000 + "not loop.first x %}",
+        "{%- if (" + " " * 100_000 + "x %}",
+        "{%- if not loop.first" + " " * 100_000 + "x %}",
+        "{%- if message.role == 'system' and" + " " * 100_000 + "x %}",
+    ],
+    ids=["after-if", "after-paren", "before-end", "after-and"],
+)
+def test_the_guard_search_is_linear_on_whitespace(tag: str) -> None:
+    template = MINIMAL_GUARDED.replace("{%- if not loop.first %}", tag)
+    t0 = time.monotonic()
+    assert list(ct._GUARD.finditer(template)) == []
+    assert time.monotonic() - t0 < CRAFTED_SECONDS
+
+
+@pytest.mark.parametrize("count", [60, 10_000])
+def test_crafted_template_is_classified_and_refused_in_bounded_time(
+    guarded: str, count: int
+) -> None:
+    """classify (its bounded child) and the fix (in its bounded child, the default, and in this
+    process) each finish: the template raises; the guard is not of the known form, refused."""
+    template = backslash_template(guarded, count, concatenated=True)
+    result, seconds = _timed(lambda: ct.classify(template))
+    assert result.kind == ct.RAISES and result.detail.endswith("\\" * (count // 2)), result
+    assert seconds < CRAFTED_SECONDS
+    for isolate in (True, False):
+        refused, seconds = _timed(functools.partial(ct.fix_late_system, template, isolate=isolate))
+        assert isinstance(refused, ct.TemplateFixError), refused
+        assert "no guard of the known form" in str(refused)
+        assert seconds < CRAFTED_SECONDS, (isolate, seconds)
+
+
+@pytest.mark.parametrize("count", [60, 10_000])
+def test_crafted_plain_string_guard_is_fixed_in_bounded_time(guarded: str, count: int) -> None:
+    template = backslash_template(guarded, count, concatenated=False)
+    (fixed, description), seconds = _timed(lambda: ct.fix_late_system(template))
+    assert seconds < CRAFTED_SECONDS
+    assert here(fixed).kind == ct.OK and "must be at the beginning." not in fixed
+    assert "System message must be at the beginning." in description
+    assert ct.fix_late_system(template, isolate=False) == (fixed, description)
+
+
+def _llamafleet(argv: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess[str], float]:
+    """``python -m llamafleet ARGV`` as a real process; (its result, wall-clock seconds)."""
+    src = str(Path(ct.__file__).resolve().parents[1])
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [src, os.getenv("PYTHONPATH")])),
+    }
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "llamafleet", *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    return proc, time.monotonic() - t0
+
+
+@pytest.mark.parametrize("count", [60, 10_000])
+def test_template_fix_command_on_crafted_model_finishes(
+    tmp_path: Path, guarded: str, count: int
+) -> None:
+    """``llamafleet template fix`` (a real process, as a user runs it) on the crafted template,
+    as a .jinja file and inside a GGUF model: refused with a clear message, within seconds."""
+    crafted = backslash_template(guarded, count, concatenated=True)
+    (tmp_path / "crafted.jinja").write_text(crafted)
+    _write_gguf(tmp_path / "crafted.gguf", crafted)
+    for name in ("crafted.jinja", "crafted.gguf"):
+        proc, seconds = _llamafleet(["template", "fix", name, "-o", "out.jinja"], tmp_path)
+        assert proc.returncode == 1, proc.stderr
+        assert proc.stderr.startswith(f"llamafleet: {name}") and "not fixed" in proc.stderr
+        assert "no guard of the known form" in proc.stderr
+        assert not (tmp_path / "out.jinja").exists()
+        assert seconds < CRAFTED_SECONDS, (name, seconds)
+    plain = backslash_template(guarded, count, concatenated=False)
+    (tmp_path / "plain.jinja").write_text(plain)
+    proc, seconds = _llamafleet(["template", "fix", "plain.jinja", "-o", "out.jinja"], tmp_path)
+    assert proc.returncode == 0 and "wrote out.jinja" in proc.stdout, proc.stderr
+    assert here((tmp_path / "out.jinja").read_text()).kind == ct.OK
+    assert seconds < CRAFTED_SECONDS
+
+
+def test_a_template_too_slow_to_fix_is_refused_naming_the_limit() -> None:
+    """Loops that call nothing run past the child's limits: the fix is refused, saying which."""
+    spin = (
+        "<|im_start|>{% set xs = range(100000) | list %}"
+        "{% for a in xs %}{% for b in xs %}{% endfor %}{% endfor %}"
+    )
+    refused, seconds = _timed(lambda: ct.fix_late_system(spin, timeout=1))
+    assert isinstance(refused, ct.TemplateFixError), refused
+    assert "limit" in str(refused) and "not fixed" in str(refused), refused
+    assert seconds < 30
 
 
 # ----------------------------------------------------------------------------- classify, bounds

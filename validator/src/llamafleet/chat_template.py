@@ -33,10 +33,12 @@ when the template cannot take an object), string content (or typed parts when th
 take a string).
 
 Bounds: every render has a deadline (checked on each call and attribute access and on each piece
-of output), a cap on output and on string/list growth by ``*``/``+``; :func:`classify` runs in a
-child process by default (``isolate=True``) with a wall-clock timeout and, on POSIX, limits on CPU
-time and address space and no file writes, so a hostile template from a downloaded GGUF cannot
-hang or exhaust the checking machine.
+of output), a cap on output and on string/list growth by ``*``/``+``; :func:`classify` and
+:func:`fix_late_system` run in a child process by default (``isolate=True``) with a wall-clock
+timeout and, on POSIX, limits on CPU time and address space and no file writes, so a hostile
+template from a downloaded GGUF cannot hang or exhaust the checking machine: past a limit the
+template is reported unrenderable, or not fixed, naming the limit. The fix's search for the guard
+is linear in the template's length in any case (no pattern that backtracks without bound).
 
 The fix (:func:`fix_late_system`) rewrites the one guard the official Qwen templates use; see its
 docstring for the exact transformation.
@@ -91,6 +93,8 @@ MAX_OUTPUT_CHARS = 4 << 20
 MAX_VALUE_LEN = 4 << 20
 #: Wall-clock seconds for one classification (all its renders).
 DEFAULT_TIMEOUT = 10.0
+#: Wall-clock seconds for one fix (:func:`fix_late_system`: both classifications and the rewrite).
+DEFAULT_FIX_TIMEOUT = 2 * DEFAULT_TIMEOUT
 #: Address space of the child process that renders (bytes).
 CHILD_ADDRESS_SPACE = 2 << 30
 
@@ -584,37 +588,68 @@ def _classify_cached(template: str, isolate: bool, timeout: float) -> Classifica
     return _classify_in_child(template, timeout)
 
 
-def _classify_in_child(template: str, timeout: float) -> Classification:
+#: Seconds a child process may take to start and import jinja2, besides its work.
+_CHILD_START = 20.0
+
+
+class _ChildTimeoutError(Exception):
+    pass
+
+
+def _run_child(request: dict[str, Any], timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m llamafleet.chat_template`` on ``request`` (JSON on its standard input),
+    with :func:`_limit_child`'s limits; raises :class:`_ChildTimeoutError` after ``timeout``
+    seconds of work (and the start-up), OSError when no child can be started."""
     package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH", "")) if p)
-    request = json.dumps({"template": template, "timeout": timeout})
     try:
-        proc = subprocess.run(
+        return subprocess.run(
             [sys.executable, "-m", "llamafleet.chat_template"],
-            input=request,
+            input=json.dumps({**request, "timeout": timeout}),
             capture_output=True,
             text=True,
-            timeout=timeout + 20,  # start-up and imports on a slow machine
+            timeout=timeout + _CHILD_START,  # start-up and imports on a slow machine
             env=env,
             check=False,
         )
-    except subprocess.TimeoutExpired:
-        return Classification(UNRENDERABLE, f"rendering took longer than {timeout:g} s")
+    except subprocess.TimeoutExpired as exc:
+        raise _ChildTimeoutError from exc
+
+
+def _child_failure(proc: subprocess.CompletedProcess[str], timeout: float, who: str) -> str:
+    """Why the child process (``who``, for the message) gave no answer."""
+    if proc.returncode < 0:
+        return (
+            f"{who} was stopped by signal {-proc.returncode} at a resource limit (the limits: "
+            f"{_cpu_limit(timeout)} s of CPU time, {CHILD_ADDRESS_SPACE >> 20} MiB of memory)"
+        )
+    if "MemoryError" in proc.stderr:
+        return f"{who} needs more than the {CHILD_ADDRESS_SPACE >> 20} MiB of memory allowed"
+    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    return f"{who} failed: {last[:200]}"
+
+
+def _classify_in_child(template: str, timeout: float) -> Classification:
+    try:
+        proc = _run_child({"op": "classify", "template": template}, timeout)
+    except _ChildTimeoutError:
+        return Classification(
+            UNRENDERABLE, f"rendering took longer than {timeout:g} s (the time limit)"
+        )
     except OSError:  # cannot start a child: render here, bounded by the deadline
         return _classify_here(template, timeout)
     try:
         data = json.loads(proc.stdout)
         return Classification(str(data["kind"]), str(data.get("detail", "")))
     except (ValueError, KeyError, TypeError):
-        if proc.returncode < 0:
-            why = f"the renderer was stopped by signal {-proc.returncode} (a resource limit)"
-        elif "MemoryError" in proc.stderr:
-            why = "rendering needs more memory than allowed"
-        else:
-            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            why = f"the renderer failed: {last[:200]}"
-        return Classification(UNRENDERABLE, why)
+        if proc.returncode >= 0 and "MemoryError" in proc.stderr:
+            return Classification(UNRENDERABLE, "rendering needs more memory than allowed")
+        return Classification(UNRENDERABLE, _child_failure(proc, timeout, "the renderer"))
+
+
+def _cpu_limit(timeout: float) -> int:
+    return math.ceil(timeout) + 1
 
 
 def _limit_child(timeout: float) -> None:
@@ -623,7 +658,7 @@ def _limit_child(timeout: float) -> None:
     except ImportError:  # not POSIX: the parent's wall-clock timeout still holds
         return
     for name, value in (
-        ("RLIMIT_CPU", math.ceil(timeout) + 1),
+        ("RLIMIT_CPU", _cpu_limit(timeout)),
         ("RLIMIT_AS", CHILD_ADDRESS_SPACE),
         ("RLIMIT_FSIZE", 0),
         ("RLIMIT_CORE", 0),
@@ -640,23 +675,40 @@ def _limit_child(timeout: float) -> None:
 
 
 def _child_main() -> int:
+    """The child process: ``{"op": "classify"|"fix", "template", "timeout"}`` on standard input,
+    the classification or ``{"fixed", "description"}``/``{"error"}`` as JSON on standard output."""
     request = json.loads(sys.stdin.read())
     timeout = float(request.get("timeout", DEFAULT_TIMEOUT))
+    template = str(request["template"])
     import jinja2  # noqa: F401 - imported before the address-space limit
 
     _environment()
     _limit_child(timeout)
-    try:
-        result = _classify_here(str(request["template"]), timeout)
-    except MemoryError:
-        result = Classification(UNRENDERABLE, "rendering needs more memory than allowed")
-    sys.stdout.write(json.dumps(result.as_dict()))
+    answer: dict[str, str]
+    if request.get("op") == "fix":
+        try:
+            fixed, description = _fix_here(template, timeout)
+            answer = {"fixed": fixed, "description": description}
+        except TemplateFixError as exc:
+            answer = {"error": str(exc)}
+        except MemoryError:
+            answer = {"error": "the fix needs more memory than allowed"}
+    else:
+        try:
+            result = _classify_here(template, timeout)
+        except MemoryError:
+            result = Classification(UNRENDERABLE, "rendering needs more memory than allowed")
+        answer = result.as_dict()
+    sys.stdout.write(json.dumps(answer))
     return 0
 
 
 # ----------------------------------------------------------------------------- the fix
 
-_QUOTED = r"(?P<q>['\"])(?P<msg>(?:\\.|(?!(?P=q)).)*)(?P=q)"
+#: A string literal as Jinja's lexer reads it: a quote, then any character but a backslash or that
+#: quote, or a backslash and the character it escapes. Each character matches one way only (a
+#: backslash only as an escape), so a run of backslashes costs linear time, not exponential.
+_QUOTED = r"(?P<q>['\"])(?P<msg>(?:\\.|(?!(?P=q))[^\\])*)(?P=q)"
 
 
 def _role(group: str) -> str:
@@ -673,13 +725,13 @@ _POSITION = (
     r"|loop\.index\s*(?:>|!=)\s*1|loop\.index\s*>=\s*2"
     r"|not\s+loop\.index0\s*==\s*0|not\s*\(\s*loop\.index0\s*==\s*0\s*\))"
 )
-_COND = (
-    rf"\(?\s*(?:{_POSITION}(?:\s+and\s+{_role('var1')})?"
-    rf"|{_role('var2')}\s+and\s+{_POSITION})\s*\)?"
-)
-#: ``{% if <not first> %}{{ raise_exception('...system...') }}{% endif %}``
+_COND = rf"(?:{_POSITION}(?:\s+and\s+{_role('var1')})?|{_role('var2')}\s+and\s+{_POSITION})"
+#: ``{% if <not first> %}{{ raise_exception('...system...') }}{% endif %}``. No two quantifiers
+#: next to each other can take the same characters (``if(?:\s*\(\s*|\s+)``, not ``if\s+\(?\s*``),
+#: so a failed attempt costs time linear in what it read, and the attempts (one per ``{%``) read
+#: apart from each other but for string literals: the scan is linear in the template's length.
 _GUARD = re.compile(
-    r"(?P<open>\{%[-+]?\s*if\s+" + _COND + r"\s*[-+]?%\})"
+    r"(?P<open>\{%[-+]?\s*if(?:\s*\(\s*|\s+)" + _COND + r"(?:\s*\))?\s*[-+]?%\})"
     r"(?P<gap>\s*)"
     r"(?P<raise>\{\{[-+]?\s*raise_exception\(\s*" + _QUOTED + r"\s*\)\s*[-+]?\}\})"
     r"(?P<tail>\s*\{%[-+]?\s*endif\s*[-+]?%\})",
@@ -690,16 +742,28 @@ _LOOP_TAG = re.compile(
 )
 
 
+def _loop_variables(template: str, positions: Sequence[int]) -> list[str | None]:
+    """The variable of the innermost ``{% for %}`` still open at each of ``positions`` (in
+    ascending order), in one pass over the template."""
+    out: list[str | None] = []
+    stack: list[str] = []
+    tags = _LOOP_TAG.finditer(template)
+    tag = next(tags, None)
+    for pos in positions:
+        while tag is not None and tag.end() <= pos:
+            if tag.group("end"):
+                if stack:
+                    stack.pop()
+            else:
+                stack.append(tag.group("var"))
+            tag = next(tags, None)
+        out.append(stack[-1] if stack else None)
+    return out
+
+
 def _enclosing_loop_variable(template: str, pos: int) -> str | None:
     """The variable of the innermost ``{% for %}`` still open at ``pos``."""
-    stack: list[str] = []
-    for m in _LOOP_TAG.finditer(template, 0, pos):
-        if m.group("end"):
-            if stack:
-                stack.pop()
-        else:
-            stack.append(m.group("var"))
-    return stack[-1] if stack else None
+    return _loop_variables(template, [pos])[0]
 
 
 def _in_place_turn(var: str) -> str:
@@ -717,7 +781,9 @@ def _in_place_turn(var: str) -> str:
     )
 
 
-def fix_late_system(template: str, *, isolate: bool = False) -> tuple[str, str]:
+def fix_late_system(
+    template: str, *, isolate: bool = True, timeout: float = DEFAULT_FIX_TIMEOUT
+) -> tuple[str, str]:
     """Rewrite the guard that rejects a late system message so that it renders in place.
 
     The transformation: in each ``{% if C %}{{ raise_exception('M') }}{% endif %}`` where C says
@@ -733,11 +799,50 @@ def fix_late_system(template: str, *, isolate: bool = False) -> tuple[str, str]:
     Returns ``(template, "no change")`` for a template that already renders a late system message
     in place. Raises :class:`TemplateFixError` when the template is not ChatML, no such guard is
     found, or the rewritten template still does not render the late system message in place
-    (checked by rendering: in this process, or in a bounded child process with ``isolate``, as
-    for a template from a downloaded model)."""
+    (checked by rendering), or the work takes longer than ``timeout`` seconds.
+
+    ``isolate`` (the default; a template can come from a downloaded GGUF): everything (the checks,
+    the search for the guard, the rewrite) runs in a child process with the limits of
+    :func:`classify` (wall-clock and CPU time, memory); False: in this process (the renders are
+    bounded by their deadline, the search is linear in the template's length)."""
     if not jinja2_available():
         raise TemplateFixError("jinja2 is not installed: the fix is verified by rendering")
-    before = classify(template, isolate=isolate)
+    if not isolate or not sys.executable:
+        return _fix_here(template, timeout)
+    try:
+        proc = _run_child({"op": "fix", "template": template}, timeout)
+    except _ChildTimeoutError:
+        raise TemplateFixError(
+            f"checking and rewriting the template took longer than {timeout:g} s (the time "
+            "limit); not fixed"
+        ) from None
+    except OSError:  # cannot start a child: here, bounded by the deadlines
+        return _fix_here(template, timeout)
+    try:
+        data = json.loads(proc.stdout)
+        answer = (str(data["fixed"]), str(data["description"])) if "error" not in data else None
+        error = str(data.get("error", ""))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        why = _child_failure(proc, timeout, "the process that checks and rewrites the template")
+        raise TemplateFixError(f"{why}; not fixed") from None
+    if answer is None:
+        raise TemplateFixError(error)
+    return answer
+
+
+def _fix_here(template: str, timeout: float) -> tuple[str, str]:
+    """:func:`fix_late_system` in this process, within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+
+    def left() -> float:
+        if time.monotonic() >= deadline:
+            raise TemplateFixError(
+                f"checking and rewriting the template took longer than {timeout:g} s (the time "
+                "limit); not fixed"
+            )
+        return deadline - time.monotonic()
+
+    before = classify(template, isolate=False, timeout=left())
     if before.kind == OK:
         return template, "no change"
     if before.kind == UNKNOWN:
@@ -753,23 +858,28 @@ def fix_late_system(template: str, *, isolate: bool = False) -> tuple[str, str]:
             "no guard of the known form ({% if not loop.first %}{{ raise_exception('...system"
             "...') }}{% endif %}) found; the template " + before.describe()
         )
+    loops = _loop_variables(template, [m.start() for m in matches])
     out: list[str] = []
     pos = 0
+    line, counted = 1, 0  # the line at `counted`, counted forward once
     lines: list[str] = []
-    for m in matches:
-        var = m.group("var1") or m.group("var2") or _enclosing_loop_variable(template, m.start())
+    for m, loop in zip(matches, loops, strict=True):
+        line += template.count("\n", counted, m.start("raise"))
+        counted = m.start("raise")
+        var = m.group("var1") or m.group("var2") or loop
         if var is None:
+            guard_line = line - template.count("\n", m.start(), m.start("raise"))
             raise TemplateFixError(
-                f"the guard on line {template.count(chr(10), 0, m.start()) + 1} is not inside "
-                "a {% for message in messages %} loop"
+                f"the guard on line {guard_line} is not inside a {{% for message in messages %}} "
+                "loop"
             )
         out.append(template[pos : m.start("raise")])
         out.append(_in_place_turn(var))
         pos = m.end("raise")
-        lines.append(str(template.count("\n", 0, m.start("raise")) + 1))
+        lines.append(str(line))
     out.append(template[pos:])
     fixed = "".join(out)
-    after = classify(fixed, isolate=isolate)
+    after = classify(fixed, isolate=False, timeout=left())
     if after.kind != OK:
         raise TemplateFixError(
             f"rewrote the guard, but the result still {after.describe()}; not fixed"

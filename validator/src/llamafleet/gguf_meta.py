@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import struct
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 from llamafleet.errors import InputError
 
@@ -53,44 +53,47 @@ class GGUFError(InputError):
 
 
 def inspect_gguf(path: str) -> dict[str, Any]:
-    """Return ``{"path", "metadata", "tensors"}`` for a GGUF file (memory-mapped, not loaded)."""
+    """Return ``{"path", "metadata", "tensors"}`` for a GGUF file: its header as
+    :func:`read_gguf` reads it (within the limits, arrays longer than 4096 elements and the
+    tokenizer's summarised by their length), every tensor with its size in bytes. Tensor data is
+    not read. (The gguf package's reader builds numpy views for every element of every array: for
+    a real 250,000-token vocabulary that is close to a GiB, and a crafted header multiplies it.)"""
     try:
         with open(path, "rb") as fh:
             magic = fh.read(4)
+        if magic != b"GGUF":
+            raise GGUFError(f"{path}: not a GGUF file (magic {magic!r}, expected b'GGUF')")
+        data = read_gguf(path)
     except OSError as exc:
         raise GGUFError(f"{path}: cannot read: {exc.strerror}") from exc
-    if magic != b"GGUF":
-        raise GGUFError(f"{path}: not a GGUF file (magic {magic!r}, expected b'GGUF')")
-    from gguf import GGUFReader
+    for t in data["tensors"]:
+        if "bytes" not in t:
+            t.update(_tensor_size(path, t))
+    return data
 
-    try:
-        reader = GGUFReader(path, "r")
-    except Exception as exc:  # the gguf package raises bare ValueError/IndexError on damage
-        raise GGUFError(f"{path}: damaged GGUF file: {exc}") from exc
-    meta: dict[str, Any] = {}
-    for name, fld in reader.fields.items():
-        if name.startswith("GGUF."):
-            continue
-        if name in _SKIPPED_ARRAYS:
-            meta[name] = {"array_length": len(fld.data)}
-            continue
+
+def _tensor_size(path: str, tensor: dict[str, Any]) -> dict[str, Any]:
+    """Type name and size of a tensor :func:`read_gguf` gives no size for: one of no dimension
+    (one value), or of a ggml type newer than :data:`GGML_TYPE_NAMES` (the gguf package's
+    tables)."""
+    shape = tensor["shape"] or [1]
+    tname = str(tensor["type"])
+    n = tensor_nbytes(tname, shape)
+    if n is None:
         try:
-            value = fld.contents()
-        except Exception:  # unknown value type in a newer file: keep going
-            continue
-        if isinstance(value, bytes):
-            value = value.decode("utf-8", "replace")
-        meta[name] = value
-    tensors = [
-        {
-            "name": t.name,
-            "type": t.tensor_type.name,
-            "shape": [int(x) for x in t.shape],
-            "bytes": int(t.n_bytes),
-        }
-        for t in reader.tensors
-    ]
-    return {"path": path, "metadata": meta, "tensors": tensors}
+            from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+            qtype = GGMLQuantizationType(int(tname))
+            blk, size = GGML_QUANT_SIZES[qtype]
+        except (ImportError, ValueError, KeyError) as exc:
+            raise GGUFError(
+                f"{path}: damaged GGUF file: tensor {tensor['name']!r} has the unknown ggml "
+                f"type {tname}"
+            ) from exc
+        tname, n = qtype.name, -(-shape[0] // blk) * size
+        for d in shape[1:]:
+            n *= d
+    return {"type": tname, "bytes": n}
 
 
 # GGUF value types (gguf-py GGUFValueType) and ggml tensor types (ggml.h), for the fast reader.
@@ -108,8 +111,34 @@ _SCALARS = {
     12: "<d",
 }
 _STRING, _ARRAY = 8, 9
-#: Numeric arrays longer than this are summarised (per-layer arrays are far shorter).
+#: Arrays longer than this are summarised by their length (per-layer arrays are far shorter).
 _MAX_NUMERIC = 4096
+_U64 = struct.Struct("<Q")
+#: Bytes read at a time while skipping the strings of a summarised array.
+_CHUNK = 1 << 20
+
+# Limits on one GGUF header (its key/value metadata and tensor list), far above what real models
+# hold, so that a damaged or crafted header (models come from the internet) costs at most a few
+# seconds and a few tens of MiB to read; beyond one, the file is refused with an error naming it,
+# the key and the limit. A real model: under 100 keys, a few thousand tensors, a vocabulary of
+# ~250,000 tokens with as many token types and merges (under a million array elements, ~10 MiB),
+# a chat template of a few KiB. The Ansible module gguf_metadata (roles/gguf_models) reads headers
+# on the hosts within the same limits.
+
+#: Key/value pairs in one header.
+MAX_KV_COUNT = 1 << 16
+#: Tensors in one file (each file of a split model has its own).
+MAX_TENSOR_COUNT = 1 << 16
+#: Dimensions of a tensor (ggml's GGML_MAX_DIMS; llama.cpp refuses more).
+MAX_TENSOR_DIMS = 4
+#: Elements of all metadata arrays of one header together.
+MAX_ARRAY_ELEMENTS = 1 << 22
+#: Bytes of all keys and values of one header together, as stored (strings and arrays).
+MAX_METADATA_BYTES = 64 << 20
+#: Array elements read into values, all arrays together (the others are only counted).
+MAX_KEPT_ELEMENTS = 1 << 16
+#: Bytes of text kept: keys, string values, the elements of kept arrays, tensor names.
+MAX_KEPT_BYTES = 8 << 20
 GGML_TYPE_NAMES = {
     0: "F32",
     1: "F16",
@@ -195,8 +224,21 @@ def tensor_nbytes(ttype: str, shape: list[int]) -> int | None:
 
 
 class _Header:
+    """A GGUF header read within the limits (:data:`MAX_KV_COUNT`, ...): no Python value is built
+    for an element of a summarised array, and every count is checked before it is read."""
+
     def __init__(self, fh: BinaryIO, path: str) -> None:
         self.fh, self.path = fh, path
+        self.elements = 0  # array elements so far
+        self.stored = 0  # bytes of keys and values so far
+        self.kept_elements = 0
+        self.kept_bytes = 0
+
+    def refuse(self, where: str, what: str, limit: int, name: str) -> NoReturn:
+        raise GGUFError(
+            f"{self.path}: {where}: {what} more than {limit:,} ({name}); refused: no real model "
+            "comes near it (a damaged or crafted GGUF header)"
+        )
 
     def unpack(self, fmt: str) -> Any:
         size = struct.calcsize(fmt)
@@ -205,33 +247,109 @@ class _Header:
             raise GGUFError(f"{self.path}: truncated GGUF header")
         return struct.unpack(fmt, data)[0]
 
-    def string(self) -> str:
+    def read(self, size: int) -> bytes:
+        data = self.fh.read(size)
+        if len(data) != size:
+            raise GGUFError(f"{self.path}: truncated GGUF header")
+        return data
+
+    def add_stored(self, where: str, size: int) -> None:
+        self.stored += size
+        if self.stored > MAX_METADATA_BYTES:
+            self.refuse(
+                where, "the keys and values hold", MAX_METADATA_BYTES, "bytes, MAX_METADATA_BYTES"
+            )
+
+    def add_kept(self, where: str, elements: int = 0, size: int = 0) -> None:
+        self.kept_elements += elements
+        self.kept_bytes += size
+        if self.kept_elements > MAX_KEPT_ELEMENTS:
+            self.refuse(
+                where,
+                "the arrays read as values hold",
+                MAX_KEPT_ELEMENTS,
+                "elements, MAX_KEPT_ELEMENTS",
+            )
+        if self.kept_bytes > MAX_KEPT_BYTES:
+            self.refuse(where, "the texts hold", MAX_KEPT_BYTES, "bytes, MAX_KEPT_BYTES")
+
+    def string(self, where: str, stored: bool = True) -> str:
+        """A string kept as text (a key, a value, a tensor name: ``stored`` False)."""
         n = self.unpack("<Q")
-        if n > 1 << 30:
-            raise GGUFError(f"{self.path}: damaged GGUF header (string of {n} bytes)")
-        return self.fh.read(n).decode("utf-8", "replace")
+        if stored:
+            self.add_stored(where, 8 + n)
+        self.add_kept(where, size=n)
+        return self.read(n).decode("utf-8", "replace")
+
+    def skip_strings(self, key: str, count: int) -> None:
+        """Step over ``count`` strings, reading ahead in chunks (no value per element)."""
+        unpack_from = _U64.unpack_from
+        left = MAX_METADATA_BYTES - self.stored  # what the strings may take
+        buf, off, size = b"", 0, 0
+        for _ in range(count):
+            if len(buf) - off < 8:
+                buf, off = buf[off:] + self.fh.read(_CHUNK), 0
+                if len(buf) < 8:
+                    raise GGUFError(f"{self.path}: truncated GGUF header")
+            n = 8 + unpack_from(buf, off)[0]
+            size += n
+            if size > left:
+                self.add_stored(key, size)  # refused
+            off += n
+            if off > len(buf):
+                self.fh.seek(off - len(buf), 1)
+                buf, off = b"", 0
+        self.stored += size
+        self.fh.seek(off - len(buf), 1)  # give back what was read ahead
 
     def value(self, vtype: int, key: str) -> Any:
         if vtype in _SCALARS:
-            return self.unpack(_SCALARS[vtype])
+            size = struct.calcsize(_SCALARS[vtype])
+            self.add_stored(key, size)
+            return struct.unpack(_SCALARS[vtype], self.read(size))[0]
         if vtype == _STRING:
-            return self.string()
+            return self.string(key)
         if vtype != _ARRAY:
             raise GGUFError(f"{self.path}: unknown GGUF value type {vtype} for {key}")
         itype, count = self.unpack("<I"), self.unpack("<Q")
-        if itype in _SCALARS and (count > _MAX_NUMERIC or key in _SKIPPED_ARRAYS):
-            self.fh.seek(struct.calcsize(_SCALARS[itype]) * count, 1)
+        self.add_stored(key, 12)
+        if itype == _ARRAY:
+            raise GGUFError(
+                f"{self.path}: {key}: an array of arrays, which llama.cpp does not load "
+                "(a damaged or crafted GGUF header)"
+            )
+        if itype not in _SCALARS and itype != _STRING:
+            raise GGUFError(f"{self.path}: unknown GGUF value type {itype} for {key}")
+        self.elements += count
+        if self.elements > MAX_ARRAY_ELEMENTS:
+            self.refuse(
+                key,
+                "the metadata arrays hold",
+                MAX_ARRAY_ELEMENTS,
+                "elements in all, MAX_ARRAY_ELEMENTS",
+            )
+        keep = count <= _MAX_NUMERIC and key not in _SKIPPED_ARRAYS
+        if itype == _STRING:
+            if not keep:
+                self.skip_strings(key, count)
+                return {"array_length": count}
+            self.add_kept(key, elements=count)
+            return [self.string(key) for _ in range(count)]
+        fmt = _SCALARS[itype]
+        size = struct.calcsize(fmt) * count
+        self.add_stored(key, size)
+        if not keep:
+            self.fh.seek(size, 1)
             return {"array_length": count}
-        if itype == _STRING and key in _SKIPPED_ARRAYS:
-            for _ in range(count):
-                self.fh.seek(self.unpack("<Q"), 1)
-            return {"array_length": count}
-        return [self.value(itype, key) for _ in range(count)]
+        self.add_kept(key, elements=count)
+        return list(struct.unpack(f"<{count}{fmt[1:]}", self.read(size)))
 
 
 def read_gguf(path: str) -> dict[str, Any]:
     """Like :func:`inspect_gguf` but in plain Python (no numpy), skipping the tokenizer arrays:
-    fast enough for every `plan` and `check`. Tensor sizes follow from type and shape."""
+    fast enough for every `plan` and `check`. Tensor sizes follow from type and shape. Arrays
+    longer than 4096 elements, and the tokenizer's, are summarised as ``{"array_length": N}``; a
+    header beyond the limits (:data:`MAX_KV_COUNT`, ...) raises :class:`GGUFError`."""
     with open(path, "rb") as fh:
         if fh.read(4) != b"GGUF":
             raise GGUFError(f"{path}: not a GGUF file (expected the magic b'GGUF')")
@@ -240,14 +358,23 @@ def read_gguf(path: str) -> dict[str, Any]:
         if version < 2:
             raise GGUFError(f"{path}: GGUF version {version} is not supported")
         n_tensors, n_kv = r.unpack("<Q"), r.unpack("<Q")
+        if n_kv > MAX_KV_COUNT:
+            r.refuse("header", f"{n_kv:,} key/value pairs,", MAX_KV_COUNT, "MAX_KV_COUNT")
+        if n_tensors > MAX_TENSOR_COUNT:
+            r.refuse("header", f"{n_tensors:,} tensors,", MAX_TENSOR_COUNT, "MAX_TENSOR_COUNT")
         meta: dict[str, Any] = {}
-        for _ in range(n_kv):
-            key = r.string()
+        for i in range(n_kv):
+            key = r.string(f"key #{i}")
             meta[key] = r.value(r.unpack("<I"), key)
         tensors = []
-        for _ in range(n_tensors):
-            name = r.string()
-            shape = [r.unpack("<Q") for _ in range(r.unpack("<I"))]
+        for i in range(n_tensors):
+            name = r.string(f"tensor #{i}", stored=False)
+            n_dims = r.unpack("<I")
+            if n_dims > MAX_TENSOR_DIMS:
+                r.refuse(
+                    f"tensor {name!r}", f"{n_dims} dimensions,", MAX_TENSOR_DIMS, "GGML_MAX_DIMS"
+                )
+            shape = list(struct.unpack(f"<{n_dims}Q", r.read(8 * n_dims)))
             ttype = r.unpack("<I")
             r.unpack("<Q")  # data offset
             tname = GGML_TYPE_NAMES.get(ttype, str(ttype))
