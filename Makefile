@@ -51,8 +51,9 @@ site-down:
 # ---------------------------------------------------------------- tests
 # `make test` runs its phases two at a time (two cores; make -j2) in two lanes, and prints at its
 # end a table of every phase's wall time beside its budget; a phase over its budget is named.
-#   lane 1: lint, unit, default (compiles the fork and ships the build), claude, fleet
-#   lane 2: images (the test hosts' root images), cuda, pool and fleet-sim (after default's build)
+#   lane 1: images (the test hosts' root images), default (compiles the fork, the longest phase,
+#           and ships the build), claude, fleet
+#   lane 2: lint, unit, cuda, pool and fleet-sim (pool after default's build)
 # Budgets: minutes on this machine kind (2 cores, 24 GiB), cold cache / warm cache. Each lane sums
 # to at most the suite's budget (45 cold / 30 warm); CI runs everything, always.
 SUITE_BUDGET := 45 30
@@ -89,19 +90,19 @@ test-quick:
 	$(PHASE) reset
 	$(PHASE) run bootstrap $(BUDGET_bootstrap) -- $(MAKE) --no-print-directory bootstrap
 	rm -rf "$(LLAMAFLEET_BUILDS)"
-	rc=0; $(MAKE) --no-print-directory ph-lint ph-unit ph-default || rc=$$?
+	rc=0; $(MAKE) --no-print-directory -j2 ph-unit ph-default || rc=$$?
 	$(PHASE) report $(SUITE_BUDGET)
 	exit $$rc
 
-test-phases: ph-lint ph-unit ph-images ph-default ph-cuda ph-claude ph-pool ph-fleet ph-fleet-sim
+test-phases: ph-images ph-lint ph-default ph-unit ph-cuda ph-claude ph-pool ph-fleet ph-fleet-sim
 
-# the lanes: each phase waits for the one before it in its lane (and pool/fleet-sim, claude and
-# fleet for the build default ships)
-ph-unit: ph-lint
-ph-default: ph-unit ph-images
+# the lanes: each phase waits for the one before it in its lane (and pool for the build default
+# ships)
+ph-default: ph-images
 ph-claude: ph-default
 ph-fleet: ph-claude
-ph-cuda: ph-images
+ph-unit: ph-lint
+ph-cuda: ph-unit ph-images
 ph-pool: ph-cuda ph-default
 ph-fleet-sim: ph-pool
 
