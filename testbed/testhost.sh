@@ -192,25 +192,27 @@ cgroup_dirs() {
   fi
 }
 
-# A host's own apt archive: hard links to LLAMAFLEET_CACHE/apt/SUITE's packages (a copy where the
-# two are on different file systems).
+# Link (copy where the two are on different file systems) the complete .debs of SRC into DST; a
+# name DST has already is kept as it is.
+link_debs() {
+  local src=$1 dst=$2
+  find "$src" -maxdepth 1 -name '*.deb' -type f -print0 | xargs -0 -r cp -l -n -t "$dst" 2>/dev/null \
+    || find "$src" -maxdepth 1 -name '*.deb' -type f -print0 | xargs -0 -r cp -n -t "$dst"
+}
+
+# A host's own apt archive DIR: links to LLAMAFLEET_CACHE/apt/SUITE's packages.
 own_apt_archive() {
   local suite=$1 dest=$2
   mkdir -p "$CACHE/apt/$suite/partial" "$dest/partial"
-  find "$CACHE/apt/$suite" -maxdepth 1 -name '*.deb' -type f -print0 \
-    | xargs -0 -r cp -l -n -t "$dest" 2>/dev/null \
-    || find "$CACHE/apt/$suite" -maxdepth 1 -name '*.deb' -type f -print0 | xargs -0 -r cp -n -t "$dest"
+  link_debs "$CACHE/apt/$suite" "$dest"
 }
 
-# The packages a host downloaded (DIR, its archive) go into SUITE's cache: complete .debs only; a
-# name the cache has already is kept as it is.
+# The packages a host downloaded (DIR, its archive) go into SUITE's cache.
 keep_apt_downloads() {
   local dir=$1 suite=$2
   [ -d "$dir" ] && [ -n "$suite" ] || return 0
   mkdir -p "$CACHE/apt/$suite/partial"
-  find "$dir" -maxdepth 1 -name '*.deb' -type f -print0 \
-    | xargs -0 -r cp -l -n -t "$CACHE/apt/$suite" 2>/dev/null \
-    || find "$dir" -maxdepth 1 -name '*.deb' -type f -print0 | xargs -0 -r cp -n -t "$CACHE/apt/$suite" || true
+  link_debs "$dir" "$CACHE/apt/$suite" || true
 }
 
 cmd_up() {
