@@ -63,6 +63,9 @@ ROLLOUT = ROOT / "playbooks" / "rollout.yml"
 LLAMA_CPP_VERSION = "feature/turboquant-kv-cache"
 LLAMA_CPP_COMMIT = "ef8c15dbd6494e91db171a9be21665d93006d6b0"
 HTTP_PORT = 8761
+# the platform key playbooks/rollout.yml gives these hosts (Debian bookworm, x86_64, backend auto,
+# no CUDA architectures): the one the builder is named for
+PLATFORM = "debian-bookworm-x86_64-auto-any"
 HOST_PREFIX = "lfsim-"
 # host i (1-based) gets NET.(FIRST_OCTET + i); the builder gets NET.FIRST_OCTET
 FIRST_OCTET = 100
@@ -231,6 +234,10 @@ def inventory(
                 "llama_cpp_build_jobs": 2,
                 "rollout_distribute": True,
                 "rollout_build_cache": str(build_cache),
+                # builders by name: the first host compiles and ships when no shipped build is
+                # there; a build recorded from the default scenario's host (the suite's) counts
+                "rollout_builder_platform": PLATFORM,
+                "llama_cpp_ship_builders": ["lf-default-bookworm", hosts[0][0]],
                 "rollout_min_free_mb": 1024,
                 "llama_server_health_timeout": 120,
                 "rollout_rollback_health_timeout": 120,
@@ -246,6 +253,7 @@ def inventory(
             },
             "children": {
                 "llama_servers": {"hosts": {name: {"ansible_host": ip} for name, ip in hosts}},
+                "llama_cpp_builders": {"hosts": {hosts[0][0]: {}}},
             },
         }
     }

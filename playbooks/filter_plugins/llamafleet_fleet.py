@@ -183,13 +183,20 @@ def llamafleet_short_of_space(
     return out
 
 
-def llamafleet_rollout_builder(key: str, hosts: Iterable[str], hostvars: Mapping[str, Any]) -> str:
+def llamafleet_rollout_builder(
+    key: str, hosts: Iterable[str], hostvars: Mapping[str, Any], builders: Iterable[str] = ()
+) -> str:
     """The host that compiles for the platform ``key``: the first of ``hosts`` (the play's, in
-    inventory order) whose ``_rollout_platform_key`` is ``key``."""
+    inventory order) that is one of ``builders`` (the inventory's ``llama_cpp_builders``) and
+    whose inventory names ``key`` as the platform it builds for (``rollout_builder_platform``).
+    What a host reports about itself (its facts) never makes it a builder. "" when no host is:
+    then every host of that platform compiles for itself and nothing is shipped."""
+    named = {str(b) for b in builders or []}
     for host in hosts or []:
-        if str((hostvars.get(host) or {}).get("_rollout_platform_key", "")).strip() == key.strip():
+        declared = str((hostvars.get(host) or {}).get("rollout_builder_platform", "")).strip()
+        if str(host) in named and declared == key.strip():
             return str(host)
-    _fail(f"no host of the play has the platform {key!r}")
+    return ""
 
 
 def llamafleet_rollback_summary(
@@ -520,6 +527,8 @@ def llamafleet_audit_host_report(seen: Mapping[str, Any], checks: Any) -> dict[s
         "ram_mib": int((seen.get("hardware") or {}).get("memtotal_mb") or 0),
         "build": str(manifest.get("name") or "none"),
         "build_version": version.group(0).strip() if version else "",
+        # the host that compiled it (its manifest): with shipped builds, one of llama_cpp_builders
+        "built_on": str(manifest.get("host") or ""),
         "instances": instances,
         "clients": clients,
         "refused": _refused(seen),

@@ -58,23 +58,43 @@ def _info(
     return ti
 
 
-def _manifest(name: str = NAME, commit: str = COMMIT) -> bytes:
-    return json.dumps({"name": name, "commit": commit, "host": "builder"}).encode()
+BINARY = b"\x7fELF binary"
+
+
+def _manifest(
+    name: str = NAME,
+    commit: str = COMMIT,
+    binaries: dict[str, bytes] | None = None,
+    host: str = "builder",
+) -> bytes:
+    """The manifest the role writes (the keys these checks read): binaries_sha256 as the role
+    records it from the stream the build account produced."""
+    listed = {"llama-server": BINARY} if binaries is None else binaries
+    return json.dumps(
+        {
+            "name": name,
+            "commit": commit,
+            "host": host,
+            "binaries_sha256": {k: hashlib.sha256(v).hexdigest() for k, v in listed.items()},
+        }
+    ).encode()
 
 
 def make_tarball(
     path: Path,
     members: list[tuple[str, bytes, bytes, dict[str, object]]] | None = None,
+    host: str = "builder",
+    top: str = NAME,
 ) -> str:
     """A gzip tarball like the one the role packs; returns its sha256. members: (name, type,
     data, extra) to use instead of the normal build."""
     if members is None:
         members = [
-            (NAME, tarfile.DIRTYPE, b"", {"mode": 0o755}),
-            (f"{NAME}/bin", tarfile.DIRTYPE, b"", {"mode": 0o755}),
-            (f"{NAME}/bin/llama-server", tarfile.REGTYPE, b"\x7fELF binary", {"mode": 0o4755}),
-            (f"{NAME}/llama-server.help.txt", tarfile.REGTYPE, b"--ctx-size N\n", {"mode": 0o666}),
-            (f"{NAME}/manifest.json", tarfile.REGTYPE, _manifest(), {"mode": 0o644}),
+            (top, tarfile.DIRTYPE, b"", {"mode": 0o755}),
+            (f"{top}/bin", tarfile.DIRTYPE, b"", {"mode": 0o755}),
+            (f"{top}/bin/llama-server", tarfile.REGTYPE, BINARY, {"mode": 0o4755}),
+            (f"{top}/llama-server.help.txt", tarfile.REGTYPE, b"--ctx-size N\n", {"mode": 0o666}),
+            (f"{top}/manifest.json", tarfile.REGTYPE, _manifest(top, host=host), {"mode": 0o644}),
         ]
     with tarfile.open(path, "w:gz") as tf:
         for name, kind, data, extra in members:
@@ -507,7 +527,7 @@ def test_index_records_the_controllers_own_sha256(st: ModuleType, tmp_path: Path
     assert st.lookup(str(ship), PLATFORM, NAME)["found"] is False
     incoming = ship / PLATFORM / f".incoming-lf-fleet-1-{NAME}.tar.gz"
     incoming.parent.mkdir(parents=True)
-    digest = make_tarball(incoming)
+    digest = make_tarball(incoming, host="lf-fleet-1")
     changed, entry = st.record(
         str(ship), PLATFORM, NAME, str(incoming), builder="lf-fleet-1", commit=COMMIT, now=0
     )
@@ -535,7 +555,7 @@ def test_index_keeps_the_first_recorded_tarball(st: ModuleType, tmp_path: Path) 
     ship = tmp_path / "ship"
     (ship / PLATFORM).mkdir(parents=True)
     first = ship / PLATFORM / "first.tar.gz"
-    digest = make_tarball(first)
+    digest = make_tarball(first, host="a")
     st.record(str(ship), PLATFORM, NAME, str(first), builder="a")
     second = ship / PLATFORM / "second.tar.gz"
     second.write_bytes(b"another build of the same name")
@@ -548,11 +568,11 @@ def test_index_replaces_a_tampered_tarball_on_a_new_record(st: ModuleType, tmp_p
     ship = tmp_path / "ship"
     (ship / PLATFORM).mkdir(parents=True)
     first = ship / PLATFORM / "first.tar.gz"
-    make_tarball(first)
+    make_tarball(first, host="a")
     st.record(str(ship), PLATFORM, NAME, str(first), builder="a")
     (ship / PLATFORM / f"{NAME}.tar.gz").write_bytes(b"tampered")
     fresh = ship / PLATFORM / "fresh.tar.gz"
-    digest = make_tarball(fresh)
+    digest = make_tarball(fresh, host="b")
     changed, entry = st.record(str(ship), PLATFORM, NAME, str(fresh), builder="b")
     assert changed is True and entry["sha256"] == digest
 
@@ -595,7 +615,7 @@ def test_index_finds_the_build_of_a_commit_and_options(st: ModuleType, tmp_path:
     options_hash = "3f2a9c1d0e" + "ab" * 27
     assert st.find_build(str(ship), PLATFORM, COMMIT, "cpu", options_hash) == ""
     src = ship / PLATFORM / "a.tar.gz"
-    make_tarball(src)
+    make_tarball(src, host="a")
     st.record(str(ship), PLATFORM, NAME, str(src), builder="a", commit=COMMIT)
     assert st.find_build(str(ship), PLATFORM, COMMIT, "cpu", options_hash) == NAME
     # other options, another backend, another commit, another platform: nothing
@@ -614,13 +634,123 @@ def test_index_finds_the_build_of_a_commit_and_options(st: ModuleType, tmp_path:
     # the same commit and options under two build numbers (one set by hand): ambiguous, nothing
     other = NAME.replace("b9079-", "b1-")
     src = ship / PLATFORM / "b.tar.gz"
-    make_tarball(src)
+    make_tarball(src, host="b", top=other)
     st.record(str(ship), PLATFORM, other, str(src), builder="b", commit=COMMIT)
     assert st.find_build(str(ship), PLATFORM, COMMIT, "cpu", options_hash) == ""
     # an entry recorded without its commit is never found by commit
     ship2 = tmp_path / "ship2"
     (ship2 / PLATFORM).mkdir(parents=True)
     src = ship2 / PLATFORM / "c.tar.gz"
-    make_tarball(src)
+    make_tarball(src, host="c")
     st.record(str(ship2), PLATFORM, NAME, str(src), builder="c")
     assert st.find_build(str(ship2), PLATFORM, COMMIT, "cpu", options_hash) == ""
+
+
+# --- a compromised builder (issue: one builder implants the fleet) ---------------------------
+#
+# The builder packs what it likes and the controller records the sha256 of what it sent, so the
+# tarball's hash proves nothing about its content. What it cannot fake without also rewriting
+# the manifest is the binaries' agreement with the manifest it shipped beside them; what it
+# cannot fake at all is its name: only hosts named as builders may ship.
+
+
+def _builder_tarball(path: Path, bins: dict[str, bytes], host: str = "lf-fleet-1") -> str:
+    """The builder's tarball with `bins` in bin/ and the manifest of an honest build (the one
+    llama-server it compiled)."""
+    members: list[tuple[str, bytes, bytes, dict[str, object]]] = [
+        (NAME, tarfile.DIRTYPE, b"", {"mode": 0o755}),
+        (f"{NAME}/bin", tarfile.DIRTYPE, b"", {"mode": 0o755}),
+        *[
+            (f"{NAME}/bin/{b}", tarfile.REGTYPE, data, dict[str, object](mode=0o755))
+            for b, data in bins.items()
+        ],
+        (f"{NAME}/manifest.json", tarfile.REGTYPE, _manifest(host=host), {"mode": 0o644}),
+    ]
+    return make_tarball(path, members)
+
+
+@pytest.mark.parametrize(
+    ("bins", "why"),
+    [
+        ({"llama-server": b"\x7fELF modified by root on the builder"}, "binaries_sha256 says"),
+        ({"llama-server": BINARY, "rt-implant": b"\x7fELF implant"}, "bin/rt-implant is not in"),
+        ({}, "bin/llama-server is in the manifest's binaries_sha256 but not in the archive"),
+    ],
+)
+def test_binaries_that_disagree_with_the_manifest_are_refused(
+    st: ModuleType, tmp_path: Path, builds: Path, bins: dict[str, bytes], why: str
+) -> None:
+    tar = tmp_path / "in.tar.gz"
+    digest = _builder_tarball(tar, bins)
+    # the controller's own check before it records anything
+    problems = st.archive_problems(str(tar), NAME, "lf-fleet-1")
+    assert any(why in p for p in problems), problems
+    # and the receiving host's, although the sha256 is the one recorded
+    with pytest.raises(st.UnsafeArchiveError, match=why) as exc:
+        st.unpack_build(str(tar), str(builds), NAME, digest, COMMIT, builder="lf-fleet-1")
+    assert "nothing was installed" in str(exc.value)
+    assert _left(builds) == []
+
+
+def test_a_build_from_another_host_than_recorded_is_refused(
+    st: ModuleType, tmp_path: Path, builds: Path
+) -> None:
+    tar = tmp_path / "in.tar.gz"
+    digest = _builder_tarball(tar, {"llama-server": BINARY}, host="lf-fleet-3")
+    with pytest.raises(st.UnsafeArchiveError, match=r"built on 'lf-fleet-3'.*from 'lf-fleet-1'"):
+        st.unpack_build(str(tar), str(builds), NAME, digest, COMMIT, builder="lf-fleet-1")
+    assert _left(builds) == []
+    # an honest build of the recorded builder installs, and returns what the manifest lists
+    tar2 = tmp_path / "ok.tar.gz"
+    digest2 = _builder_tarball(tar2, {"llama-server": BINARY})
+    result = st.unpack_build(str(tar2), str(builds), NAME, digest2, COMMIT, builder="lf-fleet-1")
+    assert result["binaries_sha256"] == {"llama-server": hashlib.sha256(BINARY).hexdigest()}
+
+
+def test_installed_binaries_are_checked_again(st: ModuleType, tmp_path: Path, builds: Path) -> None:
+    tar = tmp_path / "in.tar.gz"
+    digest = _builder_tarball(tar, {"llama-server": BINARY})
+    st.unpack_build(str(tar), str(builds), NAME, digest, COMMIT, builder="lf-fleet-1")
+    manifest = json.loads((builds / NAME / "manifest.json").read_text())
+    assert st.installed_binaries_problems(str(builds / NAME), manifest) == []
+    (builds / NAME / "bin" / "llama-server").write_bytes(b"changed after the install")
+    (builds / NAME / "bin" / "extra").write_bytes(b"added")
+    problems = st.installed_binaries_problems(str(builds / NAME), manifest)
+    assert len(problems) == 2 and "binaries_sha256 says" in problems[1], problems
+
+
+def test_only_named_builders_ship(st: ModuleType, tmp_path: Path) -> None:
+    ship = tmp_path / "ship"
+    (ship / PLATFORM).mkdir(parents=True)
+    src = ship / PLATFORM / "in.tar.gz"
+    _builder_tarball(src, {"llama-server": BINARY}, host="lf-fleet-3")
+    with pytest.raises(st.UnsafeArchiveError, match="lf-fleet-3 is not one of the builders"):
+        st.record(
+            str(ship), PLATFORM, NAME, str(src), builder="lf-fleet-3", builders=["lf-fleet-1"]
+        )
+    assert not src.exists() and not (ship / "index.json").exists()
+    # a named builder's tarball that disagrees with its manifest is not recorded either
+    _builder_tarball(src, {"llama-server": BINARY, "rt-implant": b"x"})
+    with pytest.raises(st.UnsafeArchiveError, match="rt-implant"):
+        st.record(
+            str(ship), PLATFORM, NAME, str(src), builder="lf-fleet-1", builders=["lf-fleet-1"]
+        )
+    assert not src.exists() and not (ship / "index.json").exists()
+
+
+def test_a_builder_taken_off_the_list_no_longer_counts(st: ModuleType, tmp_path: Path) -> None:
+    ship = tmp_path / "ship"
+    (ship / PLATFORM).mkdir(parents=True)
+    src = ship / PLATFORM / "in.tar.gz"
+    _builder_tarball(src, {"llama-server": BINARY}, host="old")
+    st.record(str(ship), PLATFORM, NAME, str(src), builder="old", commit=COMMIT, builders=["old"])
+    assert st.lookup(str(ship), PLATFORM, NAME, ["old"])["found"] is True
+    gone = st.lookup(str(ship), PLATFORM, NAME, ["new"])
+    assert gone["found"] is False and "old, which is not one of the builders now" in gone["ignored"]
+    options_hash = "3f2a9c1d0e" + "ab" * 27
+    assert st.find_build(str(ship), PLATFORM, COMMIT, "cpu", options_hash, builders=["new"]) == ""
+    assert st.find_build(str(ship), PLATFORM, COMMIT, "cpu", options_hash, builders=["old"]) == NAME
+    # the new builder's build replaces it (first recorded wins only among builders)
+    _builder_tarball(src, {"llama-server": BINARY}, host="new")
+    changed, entry = st.record(str(ship), PLATFORM, NAME, str(src), builder="new", builders=["new"])
+    assert changed is True and entry["builder"] == "new"

@@ -120,17 +120,23 @@ def test_short_of_space_uses_the_longest_mount_point() -> None:
     assert short(dirs, [], 1024) == []
 
 
-def test_rollout_builder_is_the_first_host_of_the_platform() -> None:
+def test_rollout_builder_is_the_first_named_builder_of_the_platform() -> None:
+    """Builders by name: the inventory's group and the platform it gives each builder; a host's
+    own facts (its _rollout_platform_key) never make it a builder."""
     hostvars = {
-        "a": {"_rollout_platform_key": "debian-bookworm-x86_64-cuda-89"},
+        "a": {"rollout_builder_platform": "debian-bookworm-x86_64-cuda-89"},
         "b": {"_rollout_platform_key": "debian-bookworm-x86_64-cpu-any"},
-        "c": {"_rollout_platform_key": "debian-bookworm-x86_64-cpu-any"},
+        "c": {"rollout_builder_platform": "debian-bookworm-x86_64-cpu-any"},
+        "d": {"rollout_builder_platform": "debian-bookworm-x86_64-cpu-any"},
     }
     builder = _f("llamafleet_rollout_builder")
-    assert builder("debian-bookworm-x86_64-cpu-any ", ["a", "b", "c"], hostvars) == "b"
-    assert builder("debian-bookworm-x86_64-cuda-89", ["a", "b", "c"], hostvars) == "a"
-    with pytest.raises(Exception, match="no host of the play"):
-        builder("other", ["a"], hostvars)
+    hosts = ["a", "b", "c", "d"]
+    assert builder("debian-bookworm-x86_64-cpu-any ", hosts, hostvars, ["a", "c", "d"]) == "c"
+    assert builder("debian-bookworm-x86_64-cuda-89", hosts, hostvars, ["a", "c"]) == "a"
+    # b reports the platform but is no builder; d declares it but is not in the group
+    assert builder("debian-bookworm-x86_64-cpu-any", ["a", "b", "d"], hostvars, ["a", "b"]) == ""
+    assert builder("debian-bookworm-x86_64-cpu-any", hosts, hostvars) == ""
+    assert builder("other", hosts, hostvars, hosts) == ""
 
 
 def test_rollback_summary() -> None:
@@ -273,6 +279,7 @@ def _seen(**over: Any) -> dict[str, Any]:
     manifest = {
         "name": "b9079-ef8c15dbd6-cpu-x86_64",
         "version_output": "version: 9079 (ef8c15dbd)\nbuilt with cc",
+        "host": "builder-1",
         "backend": "cpu",
         "cuda_architectures": [],
     }
@@ -519,6 +526,7 @@ def test_audit_host_report() -> None:
         "ram_mib": 16000,
         "build": "b9079-ef8c15dbd6-cpu-x86_64",
         "build_version": "version: 9079 (ef8c15dbd)",
+        "built_on": "builder-1",
         "refused": ["/home/eve/.claude/settings.json: a symbolic link, not read"],
     }
     (inst,) = report["instances"]
@@ -610,9 +618,9 @@ def test_markdown_report_template() -> None:
     lines = text.splitlines()
     assert (
         "| srv-1 | NVIDIA GeForce RTX 4080 SUPER | 16376 | llama-server-main.service | "
-        "tiny-llama.gguf | 65536 | b9079-ef8c15dbd6-cpu-x86_64 | active | ok | LS001 |"
+        "tiny-llama.gguf | 65536 | b9079-ef8c15dbd6-cpu-x86_64 | builder-1 | active | ok | LS001 |"
     ) in lines
-    assert "| srv-2 | ? | ? | ? | ? | ? | ? | ? | unreachable | - |" in lines
+    assert "| srv-2 | ? | ? | ? | ? | ? | ? | ? | ? | unreachable | - |" in lines
     # a client-only host without units is not a llama-server row
     assert not [x for x in lines if x.startswith("| cl-1 | NVIDIA")]
     assert (

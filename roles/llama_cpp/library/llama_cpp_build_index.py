@@ -26,6 +26,11 @@ description:
   - With O(state=present) computes the sha256 and size of O(src) (the fetched file, on the
     controller), moves it to the tarball's path and records the entry, under a lock. An entry
     whose tarball is still in place with the recorded sha256 is kept and O(src) is dropped.
+  - With O(builders), only those hosts count. A query does not find an entry recorded from
+    another host (a builder taken off the list: RV(ignored) says so), and O(state=present) refuses
+    to record anything from a O(builder) that is not one of them. Before recording, every member
+    of the tarball is checked and every binary must agree with the C(binaries_sha256) of the
+    manifest inside it, which must name O(builder) as its host.
 options:
   dir:
     description: The controller's directory of shipped builds.
@@ -61,6 +66,12 @@ options:
     description: The build's commit (recorded; with a query without O(name), the commit sought).
     type: str
     default: ""
+  builders:
+    description: >-
+      The hosts allowed to ship builds (the inventory's C(llama_cpp_builders) group, as the
+      llama_cpp role passes it). Omitted: any host (no restriction).
+    type: list
+    elements: str
 author: llamafleet
 """
 
@@ -100,6 +111,10 @@ incoming:
   description: Where to fetch a new tarball of O(builder) to before recording it.
   returned: always
   type: str
+ignored:
+  description: Why an entry of the index was not used (recorded from a host not in O(builders)).
+  returned: always
+  type: str
 """
 
 import os
@@ -134,6 +149,7 @@ def main() -> None:
             "src": {"type": "path"},
             "builder": {"type": "str", "default": ""},
             "commit": {"type": "str", "default": ""},
+            "builders": {"type": "list", "elements": "str"},
         },
         required_if=[("state", "present", ["src", "name"])],
         supports_check_mode=True,
@@ -145,7 +161,14 @@ def main() -> None:
         if not name:
             if p["state"] != "query" or not (p["backend"] and p["options_hash"] and p["commit"]):
                 module.fail_json(msg="a query without name needs commit, backend and options_hash")
-            name = find_build(p["dir"], platform, p["commit"], p["backend"], p["options_hash"])
+            name = find_build(
+                p["dir"],
+                platform,
+                p["commit"],
+                p["backend"],
+                p["options_hash"],
+                builders=p["builders"],
+            )
             if not name:
                 module.exit_json(
                     changed=False,
@@ -155,10 +178,11 @@ def main() -> None:
                     tarball="",
                     tarball_exists=False,
                     incoming="",
+                    ignored="",
                 )
         name = check_build_name(name)
         incoming = incoming_path(p["dir"], platform, name, p["builder"])
-        result = lookup(p["dir"], platform, name)
+        result = lookup(p["dir"], platform, name, p["builders"])
         result["incoming"] = incoming
         result["name"] = name
         if p["state"] == "query":
@@ -168,7 +192,13 @@ def main() -> None:
         if os.path.realpath(p["src"]) != os.path.realpath(incoming):
             module.fail_json(msg=f"src must be the incoming path {incoming}", **result)
         changed, entry = record(
-            p["dir"], platform, name, p["src"], builder=p["builder"], commit=p["commit"]
+            p["dir"],
+            platform,
+            name,
+            p["src"],
+            builder=p["builder"],
+            commit=p["commit"],
+            builders=p["builders"],
         )
     except (ValueError, OSError, UnsafeArchiveError) as exc:
         module.fail_json(msg=f"shipped builds index {p['dir']}: {exc}")

@@ -22,7 +22,10 @@ description:
   - Unpacks into a fresh private staging directory inside O(dest) (files root:root, C(0755) when
     executable else C(0644), directories C(0755), no set-id bits, owner and modes of the archive
     ignored), checks that the unpacked C(manifest.json) names the build O(name) (and the commit
-    O(commit)), then renames it to C(<dest>/<name>).
+    O(commit)) and that every file in C(bin/) is one of its C(binaries_sha256) with that sha256
+    and every binary it lists is there (a binary changed or added by the host that packed it
+    refuses the build), and with O(builder) that it was built on that host; then renames it to
+    C(<dest>/<name>) and hashes the installed binaries again against the manifest.
   - A C(<dest>/<name>) that already has its C(manifest.json) is left alone (changed=false).
   - O(dest) must be a directory of root that group and others cannot write to.
 options:
@@ -44,6 +47,12 @@ options:
     required: true
   commit:
     description: The commit this host checked out; the manifest must name it. Empty skips the check.
+    type: str
+    default: ""
+  builder:
+    description: >-
+      The host the controller recorded the build from (its index entry); the manifest's C(host)
+      must name it. Empty skips the check.
     type: str
     default: ""
 author: llamafleet
@@ -68,6 +77,10 @@ members:
   description: The number of archive members.
   returned: success
   type: int
+binaries_sha256:
+  description: The binaries the manifest lists, with their sha256 (checked on the installed files).
+  returned: changed
+  type: dict
 build_dir:
   description: The installed build directory.
   returned: success
@@ -90,13 +103,19 @@ def main() -> None:
             "name": {"type": "str", "required": True},
             "sha256": {"type": "str", "required": True},
             "commit": {"type": "str", "default": ""},
+            "builder": {"type": "str", "default": ""},
         },
         supports_check_mode=False,
     )
     p = module.params
     try:
         result = unpack_build(
-            p["src"], p["dest"], p["name"], p["sha256"].strip().lower(), p["commit"] or None
+            p["src"],
+            p["dest"],
+            p["name"],
+            p["sha256"].strip().lower(),
+            p["commit"] or None,
+            builder=p["builder"] or None,
         )
     except ChecksumMismatchError as exc:
         module.fail_json(msg=str(exc))

@@ -34,7 +34,7 @@ import stat
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import IO
 
 # b<build number>-<first 10 hex digits of the commit>-<backend>-<first 10 of the options hash>,
@@ -260,6 +260,13 @@ def _replace_dir(src: str, dest: str) -> None:
     os.rename(src, dest)
 
 
+def _replace_dir_away(path: str) -> None:
+    """Remove an installed build directory that failed its check after the rename."""
+    old = path + ".refused-" + str(os.getpid())
+    os.rename(path, old)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def install_stream(
     stream: IO[bytes],
     dest: str,
@@ -296,23 +303,99 @@ def install_stream(
         return dict(staging.hashes)
 
 
-def _check_build_manifest(build_dir: str, name: str, commit: str | None) -> None:
-    """The unpacked manifest.json must be JSON naming the build `name` (and `commit`, when
-    given); else UnsafeArchiveError."""
+def _load_manifest(build_dir: str, name: str) -> dict[str, object]:
     try:
         with open(os.path.join(build_dir, "manifest.json"), encoding="utf-8") as f:
             manifest = json.load(f)
     except ValueError as exc:
         problem = f"shipped build {name}: manifest.json is not JSON: {exc}"
         raise UnsafeArchiveError(problem) from None
-    if not isinstance(manifest, dict) or manifest.get("name") != name:
-        got = manifest.get("name") if isinstance(manifest, dict) else None
-        raise UnsafeArchiveError(f"shipped build {name}: its manifest.json names the build {got!r}")
+    if not isinstance(manifest, dict):
+        raise UnsafeArchiveError(f"shipped build {name}: manifest.json is not an object")
+    return manifest
+
+
+def binaries_problems(
+    manifest: dict[str, object], name: str, hashes: dict[str, str], builder: str | None = None
+) -> list[str]:
+    """Why a build's files disagree with its own manifest (empty: they agree).
+
+    `hashes` maps each regular file of the build (as ``<name>/bin/<binary>`` and the like) to its
+    sha256. Every file in ``<name>/bin/`` must be one of the manifest's ``binaries_sha256`` with
+    that sha256, and every binary the manifest lists must be there: a binary changed after the
+    build, or one added beside them, refuses the build. With `builder`, the manifest's ``host``
+    (the host that compiled it) must be that host."""
+    problems = []
+    listed = manifest.get("binaries_sha256")
+    if (
+        not isinstance(listed, dict)
+        or not listed
+        or not all(
+            isinstance(k, str) and BINARY.match(k) and isinstance(v, str) and HEX64.match(v)
+            for k, v in listed.items()
+        )
+    ):
+        return [f"shipped build {name}: its manifest.json has no valid binaries_sha256"]
+    prefix = f"{name}/bin/"
+    present = {m[len(prefix) :]: h for m, h in hashes.items() if m.startswith(prefix)}
+    for binary, digest in sorted(present.items()):
+        if binary not in listed:
+            problems.append(f"bin/{binary} is not in the manifest's binaries_sha256")
+        elif digest != listed[binary]:
+            problems.append(
+                f"bin/{binary} has sha256 {digest}, "
+                f"the manifest's binaries_sha256 says {listed[binary]}"
+            )
+    problems += [
+        f"bin/{b} is in the manifest's binaries_sha256 but not in the archive"
+        for b in sorted(set(listed) - set(present))
+    ]
+    if builder is not None and manifest.get("host") != builder:
+        problems.append(
+            f"its manifest.json says it was built on {manifest.get('host')!r}, "
+            f"the controller recorded it from {builder!r}"
+        )
+    return problems
+
+
+def _check_build_manifest(
+    build_dir: str,
+    name: str,
+    commit: str | None,
+    hashes: dict[str, str] | None = None,
+    builder: str | None = None,
+) -> dict[str, object]:
+    """The unpacked manifest.json must be JSON naming the build `name` (and `commit`, when
+    given) and, with `hashes`, agree with the files (binaries_problems); else
+    UnsafeArchiveError. Returns the manifest."""
+    manifest = _load_manifest(build_dir, name)
+    if manifest.get("name") != name:
+        raise UnsafeArchiveError(
+            f"shipped build {name}: its manifest.json names the build {manifest.get('name')!r}"
+        )
     if commit and manifest.get("commit") != commit:
         raise UnsafeArchiveError(
             f"shipped build {name}: its manifest.json has commit "
             f"{manifest.get('commit')!r}, this host checked out {commit}"
         )
+    if hashes is not None:
+        problems = binaries_problems(manifest, name, hashes, builder)
+        if problems:
+            raise UnsafeArchiveError(
+                f"shipped build {name}: refused, nothing was installed: " + "; ".join(problems[:5])
+            )
+    return manifest
+
+
+def installed_binaries_problems(build_dir: str, manifest: dict[str, object]) -> list[str]:
+    """Compare the binaries installed in `build_dir`/bin with the manifest's binaries_sha256
+    (read again from disk, after the rename)."""
+    name = os.path.basename(build_dir.rstrip("/"))
+    hashes = {}
+    bindir = os.path.join(build_dir, "bin")
+    for entry in sorted(os.listdir(bindir)) if os.path.isdir(bindir) else []:
+        hashes[f"{name}/bin/{entry}"] = sha256_path(os.path.join(bindir, entry))[0]
+    return binaries_problems(manifest, name, hashes)
 
 
 def unpack_build(
@@ -321,14 +404,19 @@ def unpack_build(
     name: str,
     sha256: str,
     commit: str | None = None,
+    *,
+    builder: str | None = None,
 ) -> dict[str, object]:
     """Install the shipped build tarball `path` as `dest`/`name`.
 
     The file is opened once (no link followed); its sha256 must equal `sha256` (else
     ChecksumMismatchError, nothing unpacked); every member is checked before anything is
-    written; the unpacked manifest.json must name the build `name` (and `commit`, when given).
-    Returns {changed, sha256, members}; changed is False when `dest`/`name` already holds a
-    complete build (its manifest.json)."""
+    written; the unpacked manifest.json must name the build `name` (and `commit`, when given),
+    list every binary with the sha256 it has (binaries_problems: a binary changed by the host that
+    packed it, or one added, refuses the build) and, with `builder`, name that host. After the
+    rename the installed binaries are hashed again against the manifest.
+    Returns {changed, sha256, members, binaries_sha256}; changed is False when `dest`/`name`
+    already holds a complete build (its manifest.json)."""
     check_build_name(name)
     if not HEX64.match(sha256 or ""):
         raise ValueError(f"expected sha256 {sha256!r} is not 64 hex digits")
@@ -367,9 +455,23 @@ def unpack_build(
                             raise UnsafeArchiveError(f"member {m.name!r}: no data")
                         staging.add_file(m.name, src, member_mode(m))
                 staging.finalize_dirs(name)
-                _check_build_manifest(os.path.join(staging.path, name), name, commit)
+                manifest = _check_build_manifest(
+                    os.path.join(staging.path, name), name, commit, staging.hashes, builder
+                )
                 _replace_dir(os.path.join(staging.path, name), final)
-            return {"changed": True, "sha256": actual, "members": len(members)}
+            problems = installed_binaries_problems(final, manifest)
+            if problems:
+                _replace_dir_away(final)
+                raise UnsafeArchiveError(
+                    f"shipped build {name}: the installed binaries differ from its manifest "
+                    f"({'; '.join(problems[:5])}); removed again"
+                )
+            return {
+                "changed": True,
+                "sha256": actual,
+                "members": len(members),
+                "binaries_sha256": manifest["binaries_sha256"],
+            }
     finally:
         os.close(fd)
 
@@ -401,9 +503,26 @@ def load_index(directory: str) -> dict[str, object]:
     return data
 
 
-def lookup(directory: str, platform: str, name: str) -> dict[str, object]:
+def not_a_builder(entry: object, builders: Collection[str] | None) -> str:
+    """Why an index entry does not count (its builder is not one of `builders` now); "" when it
+    counts or when `builders` is None (no restriction)."""
+    if builders is None or not isinstance(entry, dict):
+        return ""
+    who = str(entry.get("builder", ""))
+    if who in builders:
+        return ""
+    return (
+        f"recorded from {who or 'an unnamed host'}, which is not one of the builders now "
+        f"({', '.join(sorted(builders)) or 'none named'}): ignored"
+    )
+
+
+def lookup(
+    directory: str, platform: str, name: str, builders: Collection[str] | None = None
+) -> dict[str, object]:
     """The index entry of build `name` for `platform` ({} when none), the tarball's path and
-    whether it exists."""
+    whether it exists. With `builders`, an entry recorded from a host that is not one of them
+    (a builder taken off the list) is not found (`ignored` says why)."""
     rel = tarball_rel(platform, name)
     builds = load_index(directory)["builds"]
     per_platform = builds.get(platform) if isinstance(builds, dict) else None
@@ -413,16 +532,28 @@ def lookup(directory: str, platform: str, name: str) -> dict[str, object]:
         raise ValueError(
             f"{index_file(directory)}: the entry of {platform}/{name} has no valid sha256"
         )
+    ignored = not_a_builder(entry, builders)
+    if ignored:
+        entry = None
     tarball = os.path.join(directory, rel)
     return {
         "found": entry is not None,
         "entry": entry or {},
         "tarball": tarball,
         "tarball_exists": os.path.isfile(tarball) and not os.path.islink(tarball),
+        "ignored": ignored,
     }
 
 
-def find_build(directory: str, platform: str, commit: str, backend: str, options_hash: str) -> str:
+def find_build(
+    directory: str,
+    platform: str,
+    commit: str,
+    backend: str,
+    options_hash: str,
+    *,
+    builders: Collection[str] | None = None,
+) -> str:
     """The name of the build of ``commit`` with these options (``backend``, the first 10 hex
     digits of the options hash) recorded for ``platform`` with that commit, whose tarball is in
     place; "" when there is none or more than one (then the host checks out and counts itself).
@@ -445,9 +576,56 @@ def find_build(directory: str, platform: str, commit: str, backend: str, options
             check_build_name(name)
         except ValueError:
             continue
-        if entry.get("commit") == commit and lookup(directory, platform, name)["tarball_exists"]:
+        hit = lookup(directory, platform, name, builders)
+        if entry.get("commit") == commit and hit["found"] and hit["tarball_exists"]:
             found.append(name)
     return found[0] if len(found) == 1 else ""
+
+
+MANIFEST_MAX = 1024 * 1024
+
+
+def archive_problems(path: str, name: str, builder: str | None = None) -> list[str]:
+    """Read the build tarball `path` (no link followed) without unpacking it: every member must be
+    safe (member_problem) and every binary agree with the manifest's binaries_sha256
+    (binaries_problems; with `builder`, the manifest must name it). Returns the problems."""
+    check_build_name(name)
+    fd = open_regular(path)
+    try:
+        with os.fdopen(os.dup(fd), "rb") as raw, tarfile.open(fileobj=raw, mode="r|gz") as tf:
+            hashes: dict[str, str] = {}
+            manifest_data = b""
+            for m in tf:
+                problem = member_problem(m, top=name)
+                if problem:
+                    return [problem]
+                if not m.isreg():
+                    continue
+                src = tf.extractfile(m)
+                if src is None:
+                    return [f"member {m.name!r}: no data"]
+                h = hashlib.sha256()
+                keep = m.name == f"{name}/manifest.json"
+                if keep and m.size > MANIFEST_MAX:
+                    return [f"{m.name}: larger than {MANIFEST_MAX} bytes"]
+                while block := src.read(CHUNK):
+                    h.update(block)
+                    if keep:
+                        manifest_data += block
+                hashes[m.name] = h.hexdigest()
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        return [f"not a readable archive ({type(exc).__name__}: {exc})"]
+    finally:
+        os.close(fd)
+    if f"{name}/manifest.json" not in hashes:
+        return [f"the archive has no {name}/manifest.json"]
+    try:
+        manifest = json.loads(manifest_data.decode("utf-8"))
+    except ValueError as exc:
+        return [f"manifest.json is not JSON: {exc}"]
+    if not isinstance(manifest, dict) or manifest.get("name") != name:
+        return [f"its manifest.json does not name the build {name}"]
+    return binaries_problems(manifest, name, hashes, builder)
 
 
 @contextlib.contextmanager
@@ -487,13 +665,25 @@ def record(
     builder: str,
     commit: str = "",
     now: float | None = None,
+    builders: Collection[str] | None = None,
 ) -> tuple[bool, dict[str, object]]:
     """Record the tarball `src` (just fetched from `builder`) as build `name` of `platform`: the
     sha256 is computed here, on the controller's copy. `src` is moved to its final name. An entry
     whose tarball is still in place with the recorded sha256 is kept (first recorded wins; `src`
-    is dropped). Returns (changed, entry)."""
+    is dropped), unless its builder is not one of `builders` now. With `builders`, a host that is
+    not one of them may not record anything; every tarball must agree with its own manifest
+    (archive_problems) before it is recorded. Returns (changed, entry)."""
     rel = tarball_rel(platform, name)
     final = os.path.join(directory, rel)
+    if builders is not None and builder not in builders:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(src)
+        raise UnsafeArchiveError(
+            f"{builder or 'an unnamed host'} is not one of the builders "
+            f"({', '.join(sorted(builders)) or 'none named'}): it may not ship a build "
+            f"({platform}/{name} was not recorded); name the hosts that build in the inventory "
+            "group llama_cpp_builders"
+        )
     with _locked(directory):
         data = load_index(directory)
         builds = data["builds"]
@@ -502,6 +692,8 @@ def record(
         if not isinstance(per_platform, dict):
             per_platform = builds[platform] = {}
         old = per_platform.get(name)
+        if not_a_builder(old, builders):
+            old = None
         if isinstance(old, dict) and os.path.isfile(final) and not os.path.islink(final):
             try:
                 same = sha256_path(final)[0] == old.get("sha256")
@@ -511,6 +703,14 @@ def record(
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(src)
                 return False, old
+        problems = archive_problems(src, name, builder)
+        if problems:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(src)
+            raise UnsafeArchiveError(
+                f"the build {platform}/{name} fetched from {builder} was not recorded: "
+                + "; ".join(problems[:5])
+            )
         digest, size = sha256_path(src)
         os.makedirs(os.path.dirname(final), exist_ok=True)
         os.replace(src, final)
