@@ -246,3 +246,38 @@ def test_node_with_the_ca_in_node_extra_ca_certs_refuses_the_foreign_name(
     assert out.returncode == 3 and "permitted subtree violation" in out.stdout, (
         out.stdout + out.stderr
     )
+
+
+def test_without_the_constraints_the_foreign_certificate_verifies(tmp_path: Path) -> None:
+    """The attack as it was: a CA with the role's old extensions only (no nameConstraints)
+    lets its certificate for api.anthropic.com verify for that name."""
+    _key(tmp_path / "ca.key")
+    out = _openssl(
+        "req",
+        "-x509",
+        "-new",
+        "-sha256",
+        "-days",
+        "2",
+        "-key",
+        str(tmp_path / "ca.key"),
+        "-subj",
+        "/CN=unconstrained",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE,pathlen:0",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+        "-out",
+        str(tmp_path / "ca.crt"),
+    )
+    assert out.returncode == 0, out.stderr
+    cert = _leaf(tmp_path, "foreign", "DNS:api.anthropic.com")
+    ok = _openssl(
+        "verify",
+        "-CAfile",
+        str(tmp_path / "ca.crt"),
+        "-verify_hostname",
+        "api.anthropic.com",
+        str(cert),
+    )
+    assert ok.returncode == 0, ok.stdout + ok.stderr

@@ -423,7 +423,12 @@ def test_haproxy_cfg_holds_the_keys_digest_not_the_key(pool: ModuleType) -> None
     assert "stats socket /run/haproxy/admin.sock mode 600 level admin" in text
     assert "balance hash var(txn.llama_affinity)" in text and "hash-type consistent" in text
     assert "req.hdr(x-claude-code-session-id)" in text
-    assert "http-response set-header X-Llamafleet-Backend %s" in text
+    # the answering backend's name only to a request that carried the pool key
+    digest = hashlib.sha256(HELD.encode()).hexdigest().upper()
+    assert (
+        "http-response set-header X-Llamafleet-Backend %s "
+        f"if {{ var(txn.llama_key),sha2(256),hex -m str {digest} }}\n"
+    ) in text
     servers = [line.split() for line in text.splitlines() if line.strip().startswith("server ")]
     assert [s[1] for s in servers] == ["gpu1", "gpu2", "gpu3"]
     first = servers[0]
@@ -524,3 +529,86 @@ def test_the_drop_in_hardens_and_lets_in_clients_and_backends(pool: ModuleType) 
     assert "LimitNOFILE=9216" in lines
     off = _render(pool, "llamafleet.conf.j2", llama_pool_hardening=False)
     assert "ProtectSystem" not in off and "RuntimeDirectory=haproxy" in off
+
+
+def test_the_backend_name_goes_only_to_requests_with_the_key(
+    pool: ModuleType, tmp_path: Path
+) -> None:
+    """The real HAProxy on loopback with the rendered configuration (plain http here) in front of
+    one local HTTP server standing in for llama-server (it answers /health and /v1/models as
+    llama-server does without a key): an answer to a client without the pool key carries no
+    X-Llamafleet-Backend; one to a client with it names the backend."""
+    import http.server
+    import socket
+    import threading
+    import time
+    import urllib.error
+    import urllib.request
+
+    haproxy = tool("haproxy")
+
+    class Backend(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b'{"status":"ok"}' if self.path == "/health" else b'{"data":[]}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Backend)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        front = s.getsockname()[1]
+    backends = [
+        {
+            "name": "gpu1",
+            "address": "127.0.0.1",
+            "port": srv.server_address[1],
+            "id": 1,
+            "tls": False,
+            "verifyhost": "",
+        }
+    ]
+    text = _render(
+        pool,
+        "haproxy.cfg.j2",
+        _llama_pool_tls=False,
+        _llama_pool_bind_address=f"127.0.0.1:{front}",
+        _llama_pool_backends=backends,
+        llama_pool_stats_socket=str(tmp_path / "s"),
+    )
+    lines = [x for x in text.splitlines() if x.split()[:1] not in (["chroot"], ["user"], ["group"])]
+    (tmp_path / "haproxy.cfg").write_text("\n".join(lines) + "\n")
+    proc = subprocess.Popen(
+        [haproxy, "-db", "-f", str(tmp_path / "haproxy.cfg")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+    def backend_header(key: str) -> str | None:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        req = urllib.request.Request(f"http://127.0.0.1:{front}/v1/models", headers=headers)
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.headers.get("X-Llamafleet-Backend")
+
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with_key = backend_header(HELD)
+                break
+            except (urllib.error.URLError, ConnectionError):
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.2)
+        assert with_key == "gpu1"
+        assert backend_header("") is None
+        assert backend_header("not-the-pool-key") is None
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        srv.shutdown()

@@ -490,6 +490,7 @@ def test_the_filters_are_registered(filters: ModuleType) -> None:
         "llamafleet_tls_on",
         "llamafleet_tls_sans",
         "llamafleet_name_constraints",
+        "llamafleet_unit_values",
         "llamafleet_ip_allow",
     }
 

@@ -148,6 +148,14 @@ def test_a_wrong_key_is_refused_by_haproxy(host):
     assert request(host, "") == (401, "")
 
 
+def test_no_backend_name_without_the_key(host, pool_key):
+    # /v1/models needs no key (llama-server's public path): the answer comes from a backend, but
+    # only a client with the pool key learns which one
+    assert request(host, "", path="/v1/models")[1] == ""
+    assert request(host, "not-the-pool-key", path="/v1/models")[1] == ""
+    assert request(host, pool_key, path="/v1/models")[1] in BACKENDS
+
+
 def test_the_pool_key_is_accepted_both_ways(host, pool_key):
     status, backend = request(host, pool_key, session=str(uuid.uuid4()))
     assert status == 200 and backend in BACKENDS

@@ -16,6 +16,7 @@ try:
     from llamafleet.rules.cross import DEFAULT_HOST
     from llamafleet.rules.server import address_kind as _address_kind
     from llamafleet.units import IP_ALLOW_ENTRY as _IP_ALLOW
+    from llamafleet.units import unit_value_problem as _unit_value_problem
 except ImportError as exc:  # pragma: no cover - reported when a filter is used
     _IMPORT_ERROR: ImportError | None = exc
 else:
@@ -114,6 +115,22 @@ def tls_sans(names: Any, instance: str = "?") -> list[str]:
     return out
 
 
+def unit_values(values: Any) -> dict[str, Any]:
+    """Return `values` ({variable: value}, each rendered into a systemd unit by the calling role)
+    unchanged, or fail naming the first variable whose value holds a control character or line
+    end, or ends in a backslash (llamafleet.units.unit_value_problem, the check the validator and
+    every role apply to what they render into a unit)."""
+    _need_llamafleet()
+    if not isinstance(values, dict):
+        raise AnsibleFilterError(f"unit values: expected a mapping of variables, got {values!r}")
+    for name, value in values.items():
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            problem = _unit_value_problem(item)
+            if problem:
+                raise AnsibleFilterError(f"{name}: {problem}")
+    return dict(values)
+
+
 def name_constraints(sans: Any) -> str:
     """The nameConstraints extension of a CA that signs only certificates for ``sans`` (the
     subjectAltName entries of tls_sans, or lists of them): ``critical,permitted;DNS:<name>`` for
@@ -188,5 +205,6 @@ class FilterModule:
             "llamafleet_tls_on": tls_on,
             "llamafleet_tls_sans": tls_sans,
             "llamafleet_name_constraints": name_constraints,
+            "llamafleet_unit_values": unit_values,
             "llamafleet_ip_allow": ip_allow,
         }

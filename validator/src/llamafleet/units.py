@@ -121,6 +121,30 @@ def _split(value: str, line: int) -> list[tuple[str, bool]]:
 #: CIDR range, or one of systemd's names (any, localhost, link-local, multicast).
 IP_ALLOW_ENTRY = re.compile(r"(any|localhost|link-local|multicast|[0-9a-fA-F.:]+(/[0-9]{1,3})?)\Z")
 
+#: What a value rendered into a unit line must not hold: C0 controls (newline, carriage return,
+#: tab, NUL, ...), DEL and the other line ends of str.splitlines() (the validator's line splitter).
+UNIT_CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
+
+
+def unit_value_problem(value: object) -> str:
+    """Why `value` must not be rendered into a systemd unit line ("" when it may): a control
+    character or line end would add lines to the unit (an ``ExecStartPre=+`` running as root), a
+    trailing backslash would join the next line to this one."""
+    text = str(value)
+    m = UNIT_CONTROL.search(text)
+    if m:
+        return (
+            f"{text!r} contains the control character {m.group(0)!r} (it would add lines to the "
+            "unit); a value rendered into a systemd unit must not contain newlines or other "
+            "control characters"
+        )
+    if text.endswith("\\"):
+        return (
+            f"{text!r} ends in a backslash, which would join the next line of the unit to this one"
+        )
+    return ""
+
+
 _WORD = re.compile(r"\S+")
 
 
