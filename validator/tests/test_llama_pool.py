@@ -593,7 +593,8 @@ def test_the_backend_name_goes_only_to_requests_with_the_key(
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         req = urllib.request.Request(f"http://127.0.0.1:{front}/v1/models", headers=headers)
         with urllib.request.urlopen(req, timeout=5) as r:
-            return r.headers.get("X-Llamafleet-Backend")
+            value: str | None = r.headers.get("X-Llamafleet-Backend")
+            return value
 
     try:
         deadline = time.monotonic() + 20
