@@ -131,40 +131,6 @@ def unit_values(values: Any) -> dict[str, Any]:
     return dict(values)
 
 
-def name_constraints(sans: Any) -> str:
-    """The nameConstraints extension of a CA that signs only certificates for ``sans`` (the
-    subjectAltName entries of tls_sans, or lists of them): ``critical,permitted;DNS:<name>`` for
-    each DNS name (which also permits its subdomains, as X.509 defines it) and
-    ``permitted;IP:<address>/<full mask>`` for each address. A certificate this CA signs for any
-    other name (say, api.anthropic.com) fails verification in OpenSSL, and so in Node and curl:
-    a client that trusts the CA for one server trusts it for nothing else."""
-    flat: list[str] = []
-    for item in sans if isinstance(sans, (list, tuple)) else [sans]:
-        flat.extend(item if isinstance(item, (list, tuple)) else [item])
-    out: list[str] = []
-    for entry in flat:
-        text = str(entry).strip()
-        kind, _, value = text.partition(":")
-        if kind == "DNS" and _DNS_NAME.match(value):
-            item = f"permitted;DNS:{value.lower()}"
-        elif kind == "IP":
-            try:
-                addr = ipaddress.ip_address(value)
-            except ValueError:
-                raise AnsibleFilterError(f"name constraints: {text!r} is not an address") from None
-            mask = ipaddress.ip_network(f"{addr}/{addr.max_prefixlen}").netmask
-            item = f"permitted;IP:{addr.compressed}/{mask.compressed}"
-        else:
-            raise AnsibleFilterError(
-                f"name constraints: {text!r} is neither DNS:<name> nor IP:<address>"
-            )
-        if item not in out:
-            out.append(item)
-    if not out:
-        raise AnsibleFilterError("name constraints: no names to permit")
-    return "critical," + ",".join(out)
-
-
 def ip_allow(networks: Any, instance: str = "?", host: Any = "127.0.0.1") -> list[str]:
     """The IPAddressAllow= entries of an instance besides localhost: a list of addresses, CIDR
     ranges or systemd's names (any, localhost, link-local, multicast). An instance that listens
@@ -204,7 +170,6 @@ class FilterModule:
             "llamafleet_connect_host": connect_host,
             "llamafleet_tls_on": tls_on,
             "llamafleet_tls_sans": tls_sans,
-            "llamafleet_name_constraints": name_constraints,
             "llamafleet_unit_values": unit_values,
             "llamafleet_ip_allow": ip_allow,
         }
