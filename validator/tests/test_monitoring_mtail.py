@@ -158,6 +158,16 @@ def test_the_unit_streams_its_standard_input_and_the_check_sees_new_lines(tmp_pa
     proc = subprocess.Popen(["bash", "-c", cmd], stderr=subprocess.DEVNULL)
     try:
         lines = len(journal.read_text().splitlines())
+        name = "llama_server_prompt_tokens_evaluated_total"
+        server = _server_counter("llamacpp:prompt_tokens_total")
+
+        def evaluated_in(text: str) -> float | None:
+            m = re.search(rf'^{name}\{{llama_instance="main"\}} (\S+)$', text, re.M)
+            return float(m.group(1)) if m else None
+
+        # mtail counts a line in mtail_lines_total when it reads it, before its program has run
+        # on it: a scrape can show every line read and the last one's counters not yet moved, so
+        # wait for both (within the deadline) and then hold both to their values
         text = ""
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -166,14 +176,11 @@ def test_the_unit_streams_its_standard_input_and_the_check_sees_new_lines(tmp_pa
                     text = r.read().decode()
             except OSError:
                 text = ""
-            if check.lines_read(text) >= lines:
+            if check.lines_read(text) >= lines and evaluated_in(text) == server:
                 break
             time.sleep(0.5)
         assert check.lines_read(text) == lines
-        name = "llama_server_prompt_tokens_evaluated_total"
-        evaluated = re.search(rf'^{name}\{{llama_instance="main"\}} (\S+)$', text, re.M)
-        server = _server_counter("llamacpp:prompt_tokens_total")
-        assert evaluated and float(evaluated.group(1)) == server
+        assert evaluated_in(text) == server
 
         def writer(path: Path) -> list[str]:
             return ["sh", "-c", f'printf "%s\\n" "$0" >> {shlex.quote(str(path))}']
