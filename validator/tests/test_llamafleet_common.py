@@ -489,6 +489,7 @@ def test_the_filters_are_registered(filters: ModuleType) -> None:
         "llamafleet_connect_host",
         "llamafleet_tls_on",
         "llamafleet_tls_sans",
+        "llamafleet_name_constraints",
         "llamafleet_unit_values",
         "llamafleet_ip_allow",
     }

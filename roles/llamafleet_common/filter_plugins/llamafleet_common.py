@@ -131,6 +131,44 @@ def unit_values(values: Any) -> dict[str, Any]:
     return dict(values)
 
 
+def name_constraints(sans: Any) -> str:
+    """The nameConstraints extension of a CA that signs only certificates for the DNS names of
+    ``sans`` (the subjectAltName entries of tls_sans, or lists of them):
+    ``critical,permitted;DNS:<name>`` for each DNS name (which also permits its subdomains, as
+    X.509 defines it). A certificate this CA signs for any other name (say, api.anthropic.com)
+    fails verification in OpenSSL, Node and Claude Code's own TLS stack: a client that trusts the
+    CA for one server trusts it for no other site it reaches by name.
+
+    ``IP:`` entries are checked but not constrained: Claude Code's TLS stack refuses every
+    certificate of a CA with an IP address constraint ("UNSUPPORTED_CONSTRAINT_TYPE"), and with
+    no IP subtree the CA's certificates for addresses verify as before. Without a DNS name (tls_sans
+    always adds localhost) the only permitted name is ``invalid`` (RFC 6761: never resolves)."""
+    flat: list[str] = []
+    for item in sans if isinstance(sans, (list, tuple)) else [sans]:
+        flat.extend(item if isinstance(item, (list, tuple)) else [item])
+    out: list[str] = []
+    for entry in flat:
+        text = str(entry).strip()
+        kind, _, value = text.partition(":")
+        if kind == "DNS" and _DNS_NAME.match(value):
+            item = f"permitted;DNS:{value.lower()}"
+        elif kind == "IP":
+            try:
+                ipaddress.ip_address(value)
+            except ValueError:
+                raise AnsibleFilterError(f"name constraints: {text!r} is not an address") from None
+            continue
+        else:
+            raise AnsibleFilterError(
+                f"name constraints: {text!r} is neither DNS:<name> nor IP:<address>"
+            )
+        if item not in out:
+            out.append(item)
+    if not flat:
+        raise AnsibleFilterError("name constraints: no names to permit")
+    return "critical," + ",".join(out or ["permitted;DNS:invalid"])
+
+
 def ip_allow(networks: Any, instance: str = "?", host: Any = "127.0.0.1") -> list[str]:
     """The IPAddressAllow= entries of an instance besides localhost: a list of addresses, CIDR
     ranges or systemd's names (any, localhost, link-local, multicast). An instance that listens
@@ -170,6 +208,7 @@ class FilterModule:
             "llamafleet_connect_host": connect_host,
             "llamafleet_tls_on": tls_on,
             "llamafleet_tls_sans": tls_sans,
+            "llamafleet_name_constraints": name_constraints,
             "llamafleet_unit_values": unit_values,
             "llamafleet_ip_allow": ip_allow,
         }

@@ -1,0 +1,290 @@
+"""Trust anchors scoped: the CAs the llama_server and llama_pool roles create carry X.509 name
+constraints (the llamafleet_name_constraints filter over the certificate names: DNS names only, as
+Claude Code's TLS stack refuses any CA with an IP constraint), so a client that trusts a server's
+CA (Claude Code's NODE_EXTRA_CA_CERTS, which applies to every connection) trusts it for that
+server's names only. The CA here is made with the openssl arguments of
+roles/llama_server/tasks/tls.yml (read from the task, not copied); the attack is the review's: a
+certificate for api.anthropic.com signed by the host's CA, served over TLS on loopback and
+verified by OpenSSL, by Python's ssl and by Node. The Claude Code CLI is not installed here: its
+refusal is replayed on the claude scenario's client (molecule/claude/attacks.yml)."""
+
+from __future__ import annotations
+
+import shutil
+import ssl
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+from conftest import load_ansible_plugin
+
+REPO = Path(__file__).resolve().parents[2]
+COMMON = REPO / "roles" / "llamafleet_common" / "filter_plugins" / "llamafleet_common.py"
+TLS_TASKS = {
+    "llama_server": REPO / "roles" / "llama_server" / "tasks" / "tls.yml",
+    "llama_pool": REPO / "roles" / "llama_pool" / "tasks" / "tls.yml",
+}
+SANS = ["IP:127.0.0.1", "IP:::1", "DNS:localhost", "DNS:gpu1", "IP:10.0.0.5"]
+
+pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl CLI")
+
+
+@pytest.fixture(scope="module")
+def common() -> ModuleType:
+    return load_ansible_plugin(COMMON)
+
+
+def test_constraints_name_every_dns_name_and_no_address(common: ModuleType) -> None:
+    value = common.name_constraints([SANS, ["DNS:gpu1", "DNS:GPU2.example.org"]])
+    assert value == (
+        "critical,permitted;DNS:localhost,permitted;DNS:gpu1,permitted;DNS:gpu2.example.org"
+    )
+
+
+def test_addresses_only_permit_no_name(common: ModuleType) -> None:
+    """No IP constraint ever (Claude Code refuses a CA that has one): a CA for addresses only
+    may sign no DNS name at all."""
+    assert common.name_constraints(["IP:10.0.0.5", "IP:::1"]) == "critical,permitted;DNS:invalid"
+
+
+@pytest.mark.parametrize("bad", [[], ["gpu1"], ["IP:not-an-address"], ["URI:http://x"]])
+def test_constraints_refuse_what_is_no_name(common: ModuleType, bad: list[str]) -> None:
+    with pytest.raises(Exception, match="name constraints"):
+        common.name_constraints(bad)
+
+
+def _ca_task_argv(role: str) -> list[str]:
+    """The argv of the role's 'Create ... CA certificate' task."""
+    tasks = yaml.safe_load(TLS_TASKS[role].read_text())
+    (task,) = [t for t in tasks if "CA certificate (ten years" in t.get("name", "")]
+    return [str(a) for a in task["ansible.builtin.command"]["argv"]]
+
+
+@pytest.mark.parametrize("role", sorted(TLS_TASKS))
+def test_the_roles_create_their_ca_with_name_constraints(role: str) -> None:
+    argv = _ca_task_argv(role)
+    exts = [argv[i + 1] for i, a in enumerate(argv) if a == "-addext"]
+    assert any(
+        e.startswith("nameConstraints={{") and "llamafleet_name_constraints" in e for e in exts
+    )
+    assert "basicConstraints=critical,CA:TRUE,pathlen:0" in exts
+
+
+def _openssl(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["openssl", *args], capture_output=True, text=True, check=False)
+
+
+def _key(path: Path) -> None:
+    out = _openssl(
+        "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(path)
+    )
+    assert out.returncode == 0, out.stderr
+
+
+def _leaf(d: Path, name: str, sans: str) -> Path:
+    _key(d / f"{name}.key")
+    (d / f"{name}.ext").write_text(
+        "basicConstraints = critical, CA:FALSE\nkeyUsage = critical, digitalSignature\n"
+        f"extendedKeyUsage = serverAuth\nsubjectAltName = {sans}\n"
+    )
+    assert (
+        _openssl(
+            "req",
+            "-new",
+            "-key",
+            str(d / f"{name}.key"),
+            "-subj",
+            f"/CN={name}",
+            "-out",
+            str(d / f"{name}.csr"),
+        ).returncode
+        == 0
+    )
+    out = _openssl(
+        "x509",
+        "-req",
+        "-in",
+        str(d / f"{name}.csr"),
+        "-CA",
+        str(d / "ca.crt"),
+        "-CAkey",
+        str(d / "ca.key"),
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        str(d / f"{name}.ext"),
+        "-out",
+        str(d / f"{name}.crt"),
+    )
+    assert out.returncode == 0, out.stderr
+    return d / f"{name}.crt"
+
+
+@pytest.fixture(scope="module")
+def pki(common: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A host CA made by the llama_server role's own argv (its Jinja expressions filled in), a
+    certificate for the host's names and one for api.anthropic.com, both signed by it."""
+    d = tmp_path_factory.mktemp("ca")
+    _key(d / "ca.key")
+    nc_expr = (
+        "{{ _llama_server_tls_instances | map(attribute='tls_sans')"
+        " | llamafleet_name_constraints }}"
+    )
+    values = {
+        "{{ llama_server_tls_dir }}": str(d),
+        "{{ inventory_hostname | regex_replace('[^A-Za-z0-9.-]', '_') }}": "gpu1",
+        nc_expr: common.name_constraints([SANS]),
+    }
+    argv = []
+    for raw in _ca_task_argv("llama_server"):
+        arg = raw
+        for expr, value in values.items():
+            arg = arg.replace(expr, value)
+        assert "{{" not in arg, arg
+        argv.append(arg)
+    out = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    _leaf(d, "own", "DNS:gpu1, IP:10.0.0.5, IP:127.0.0.1")
+    _leaf(d, "foreign", "DNS:api.anthropic.com")
+    return d
+
+
+def test_openssl_verifies_the_hosts_names_and_refuses_another(pki: Path) -> None:
+    for check in (["-verify_hostname", "gpu1"], ["-verify_ip", "10.0.0.5"]):
+        ok = _openssl("verify", "-CAfile", str(pki / "ca.crt"), *check, str(pki / "own.crt"))
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+    bad = _openssl(
+        "verify",
+        "-CAfile",
+        str(pki / "ca.crt"),
+        "-verify_hostname",
+        "api.anthropic.com",
+        str(pki / "foreign.crt"),
+    )
+    assert bad.returncode != 0 and "permitted subtree violation" in bad.stdout + bad.stderr
+
+
+class _TLSServer:
+    """An openssl-free TLS listener on loopback (Python's ssl) that serves one certificate."""
+
+    def __init__(self, cert: Path, key: Path) -> None:
+        import socket
+
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.load_cert_chain(str(cert), str(key))
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            try:
+                with self.ctx.wrap_socket(conn, server_side=True) as tls:
+                    tls.sendall(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+                    )
+            except (ssl.SSLError, OSError):
+                pass
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def foreign_server(pki: Path) -> Iterator[_TLSServer]:
+    srv = _TLSServer(pki / "foreign.crt", pki / "foreign.key")
+    try:
+        yield srv
+    finally:
+        srv.close()
+
+
+def test_python_refuses_the_foreign_name(pki: Path, foreign_server: _TLSServer) -> None:
+    import socket
+
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    with (
+        socket.create_connection(("127.0.0.1", foreign_server.port), timeout=10) as raw,
+        pytest.raises(ssl.SSLCertVerificationError, match="permitted subtree violation"),
+    ):
+        ctx.wrap_socket(raw, server_hostname="api.anthropic.com")
+
+
+NODE_CLIENT = r"""
+const tls = require("tls");
+const s = tls.connect({host: "127.0.0.1", port: Number(process.argv[1]),
+  servername: "api.anthropic.com",
+  checkServerIdentity: (h, c) => tls.checkServerIdentity("api.anthropic.com", c)}, () => {
+  console.log("ACCEPTED"); s.end(); process.exit(0); });
+s.on("error", e => { console.log("REFUSED " + e.message); process.exit(3); });
+"""
+
+
+@pytest.mark.skipif(
+    shutil.which("node") is None, reason="no node (the molecule claude scenario has it)"
+)
+def test_node_with_the_ca_in_node_extra_ca_certs_refuses_the_foreign_name(
+    pki: Path, foreign_server: _TLSServer, tmp_path: Path
+) -> None:
+    """What Claude Code's runtime does with the CA the claude_code role installs."""
+    env: dict[str, Any] = {"PATH": "/usr/bin:/bin", "NODE_EXTRA_CA_CERTS": str(pki / "ca.crt")}
+    node = shutil.which("node")
+    assert node
+    out = subprocess.run(
+        [node, "-e", NODE_CLIENT, str(foreign_server.port)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert out.returncode == 3 and "permitted subtree violation" in out.stdout, (
+        out.stdout + out.stderr
+    )
+
+
+def test_without_the_constraints_the_foreign_certificate_verifies(tmp_path: Path) -> None:
+    """The attack as it was: a CA with the role's old extensions only (no nameConstraints)
+    lets its certificate for api.anthropic.com verify for that name."""
+    _key(tmp_path / "ca.key")
+    out = _openssl(
+        "req",
+        "-x509",
+        "-new",
+        "-sha256",
+        "-days",
+        "2",
+        "-key",
+        str(tmp_path / "ca.key"),
+        "-subj",
+        "/CN=unconstrained",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE,pathlen:0",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+        "-out",
+        str(tmp_path / "ca.crt"),
+    )
+    assert out.returncode == 0, out.stderr
+    cert = _leaf(tmp_path, "foreign", "DNS:api.anthropic.com")
+    ok = _openssl(
+        "verify",
+        "-CAfile",
+        str(tmp_path / "ca.crt"),
+        "-verify_hostname",
+        "api.anthropic.com",
+        str(cert),
+    )
+    assert ok.returncode == 0, ok.stdout + ok.stderr
