@@ -5,8 +5,11 @@ the failed phase's last lines printed where CI shows them."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PHASE = str(ROOT / "testbed" / "phase")
@@ -27,17 +30,23 @@ def _row(report: str, name: str) -> list[str]:
 
 def test_a_cold_suite_table_names_the_phase_over_its_budget(tmp_path: Path) -> None:
     assert "the cache is cold" in _phase(tmp_path, "reset").stdout
+    # the script times in whole seconds (date +%s): a phase can straddle one more second than it
+    # lasted, and a loaded machine adds to it, so each time is checked within a range
     fast = _phase(tmp_path, "run", "lint", "1", "1", "--", "true")
-    assert fast.returncode == 0 and "phase lint: ok in 0:00" in fast.stdout
+    assert fast.returncode == 0
+    assert re.search(r"phase lint: ok in 0:0[01]\b", fast.stdout), fast.stdout
     # budget 0 minutes (cold): a phase of a second is over it
     slow = _phase(tmp_path, "run", "pool", "0", "5", "--", "sleep", "1.1")
     assert slow.returncode == 0
     report = _phase(tmp_path, "report", "45", "30").stdout
     assert "budgets in minutes for a cold cache" in report
     assert _row(report, "lint")[3:5] == ["1", "ok"]
-    assert _row(report, "pool")[3:] == ["0", "ok", "OVER", "BUDGET", "by", "0:01"]
+    pool = _row(report, "pool")
+    assert pool[3:8] == ["0", "ok", "OVER", "BUDGET", "by"]
+    assert pool[8] in ("0:01", "0:02", "0:03"), pool
     assert "over budget: pool" in report
-    assert _row(report, "suite")[2:] == ["0:01", "45"]
+    suite = _row(report, "suite")
+    assert suite[3] == "45" and suite[2] in ("0:01", "0:02", "0:03", "0:04"), suite
 
 
 def test_a_warm_suite_uses_the_warm_budgets(tmp_path: Path) -> None:
@@ -62,9 +71,27 @@ def test_a_failed_phase_keeps_its_exit_status_and_shows_its_last_lines(tmp_path:
     # the last 150 lines of its log, not all 401
     assert len(shown) == 150 and shown[-1] == "  default| the-real-error"
     assert (tmp_path / "phases" / "default.log").read_text().count("\n") == 401
-    report = _phase(tmp_path, "report").stdout
-    assert _row(report, "default")[4:6] == ["rc", "3"]
-    assert "failed: default" in report
+    done = _phase(tmp_path, "report")
+    assert _row(done.stdout, "default")[4:6] == ["rc", "3"]
+    assert "failed: default" in done.stdout and done.returncode == 1
+
+
+def test_keep_going_records_the_failure_runs_on_and_the_report_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """make test: a failed phase returns 0 to make (its lane goes on), the report fails."""
+    _phase(tmp_path, "reset")
+    monkeypatch.setenv("LLAMAFLEET_PHASE_KEEP_GOING", "1")
+    failed = _phase(tmp_path, "run", "unit", "5", "4", "--", "false")
+    assert failed.returncode == 0 and "phase unit: FAILED (rc 1)" in failed.stdout
+    assert _phase(tmp_path, "run", "cuda", "6", "4", "--", "true").returncode == 0
+    done = _phase(tmp_path, "report")
+    assert done.returncode == 1 and "failed: unit" in done.stdout
+    assert _row(done.stdout, "cuda")[4] == "ok"
+    # without failures the report passes
+    _phase(tmp_path, "reset")
+    _phase(tmp_path, "run", "lint", "3", "2", "--", "true")
+    assert _phase(tmp_path, "report").returncode == 0
 
 
 def test_bad_names_are_refused(tmp_path: Path) -> None:
