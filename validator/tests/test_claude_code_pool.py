@@ -274,20 +274,31 @@ def test_the_smallest_slot_of_the_backends(cc: ModuleType, defaults: dict[str, A
 
 
 def test_pool_keys(cc: ModuleType, defaults: dict[str, Any]) -> None:
-    """Each backend's copy of the pool key (its fact, else its file as read); the users' token is
-    the first backend's that holds one; a backend not reached is left out."""
+    """Each backend's copy of the pool key (its fact, else its file as read); the pool key is the
+    first backend's that holds one, and the user's token is derived from it and the user's name;
+    a backend not reached is left out."""
     groups, hostvars = _inventory()
-    target = {"name": "alice", **cc.pool_target("pool1", groups, hostvars, defaults, "ws")}
-    hostvars["gpu2"]["llama_server_client_api_keys"] = {"main": {"pool": "k-pool", "ws/x": "k-x"}}
+    target = {
+        "name": "alice",
+        "pool_client": "ws/alice",
+        **cc.pool_target("pool1", groups, hostvars, defaults, "ws"),
+    }
+    hostvars["gpu2"]["llama_server_client_api_keys"] = {
+        "main": {"pool": "k-pool-0123456789abc", "ws/x": "k-x"}
+    }
     assert [r["name"] for r in cc.pool_key_reads([target], hostvars)] == ["gpu1", "gpu3"]
     reads = [
         {"_b": {"name": "gpu1"}, "unreachable": True, "msg": "no route"},
         {"_b": {"name": "gpu3"}, "content": _b64("k-other\n")},
     ]
+    from llamafleet.poolkeys import user_key
+
     assert cc.pool_keys([target], hostvars, reads) == {
-        "gpu2/main/pool": "k-pool",
+        "gpu2/main/pool": "k-pool-0123456789abc",
         "gpu3/main/pool": "k-other",
-        "pool:pool1": "k-pool",
+        "pool-key:pool1": "k-pool-0123456789abc",
+        # the user's own key of the pool, derived from the first backend's pool key
+        "pool:pool1": user_key("k-pool-0123456789abc", "ws/alice"),
     }
     # a direct target, or a pool without the pool key: nothing here
     assert (
@@ -415,7 +426,12 @@ def _e2e(
         {"_t": r, "content": _b64(_unit(server_filters, SLOTS[r["host"]]))}
         for r in cc.unit_reads([target])
     ]
-    haproxy = [{"_p": "lb", "content": _b64(_render(pool, "haproxy.cfg.j2"))}]
+    # the pool accepts the user's own key (derived from the pool key the backends hold)
+    from llamafleet.poolkeys import user_key
+
+    user_digest = pool.digest(user_key(str(pool_keys["pool-key:lb"]), "ws/alice"))
+    cfg = _render(pool, "haproxy.cfg.j2", _llama_pool_user_digests=[user_digest])
+    haproxy = [{"_p": "lb", "content": _b64(cfg)}]
     item = cc.check_item(target, files, units, pool_keys, False, haproxy)
     return item, [target]
 
@@ -433,9 +449,13 @@ def test_what_the_role_writes_for_a_pool_user_checks_clean(
 ) -> None:
     from test_llama_pool import HELD
 
+    from llamafleet.poolkeys import user_key
     from llamafleet.preflight import check_items
 
-    keys = {f"gpu{i}/main/pool": HELD for i in (1, 2, 3)} | {"pool:lb": HELD}
+    keys = {f"gpu{i}/main/pool": HELD for i in (1, 2, 3)} | {
+        "pool-key:lb": HELD,
+        "pool:lb": user_key(HELD, "ws/alice"),
+    }
     item, _ = _e2e(cc, pool_filters, server_filters, keys)
     assert [t["kind"] for t in item["texts"]] == ["haproxy", "unit", "unit", "unit"]
     (checked,) = check_items([item], "info")
@@ -449,11 +469,13 @@ def test_a_backend_without_the_pool_key_is_reported(
     it, and only it."""
     from test_llama_pool import HELD
 
+    from llamafleet.poolkeys import user_key
     from llamafleet.preflight import check_items
 
     keys = {f"gpu{i}/main/pool": HELD for i in (1, 3)} | {
         "gpu2/main/pool": "another-key-of-gpu2-0123456789",
-        "pool:lb": HELD,
+        "pool-key:lb": HELD,
+        "pool:lb": user_key(HELD, "ws/alice"),
     }
     item, _ = _e2e(cc, pool_filters, server_filters, keys)
     (checked,) = check_items([item], "error")

@@ -408,6 +408,8 @@ def _render(pool: ModuleType, template: str, **over: Any) -> str:
             "_llama_pool_cert": "/etc/llamafleet/pool/pool.pem",
             "_llama_pool_backend_ca_dir": "/etc/llamafleet/pool/backends",
             "_llama_pool_key_digest": pool.digest(HELD),
+            "_llama_pool_user_digests": [],
+            "_llama_pool_backend_key_map": "/etc/llamafleet/pool/backend-key.map",
             "_llama_pool_allow": ["10.0.0.0/24"],
         }
     )
@@ -423,11 +425,15 @@ def test_haproxy_cfg_holds_the_keys_digest_not_the_key(pool: ModuleType) -> None
     assert "stats socket /run/haproxy/admin.sock mode 600 level admin" in text
     assert "balance hash var(txn.llama_affinity)" in text and "hash-type consistent" in text
     assert "req.hdr(x-claude-code-session-id)" in text
-    # the answering backend's name only to a request that carried the pool key
-    digest = hashlib.sha256(HELD.encode()).hexdigest().upper()
+    # the answering backend's name only to a request that carried an accepted key
+    assert "http-request set-var(txn.llama_keyed) bool(true) if llama_key_ok\n" in text
     assert (
-        "http-response set-header X-Llamafleet-Backend %s "
-        f"if {{ var(txn.llama_key),sha2(256),hex -m str {digest} }}\n"
+        "http-response set-header X-Llamafleet-Backend %s if { var(txn.llama_keyed) -m bool }\n"
+    ) in text
+    # the backends get the pool key from the root-only map file, never from the configuration
+    assert (
+        'http-request set-header Authorization "Bearer '
+        '%[str(pool),map(/etc/llamafleet/pool/backend-key.map)]" if llama_key_ok'
     ) in text
     servers = [line.split() for line in text.splitlines() if line.strip().startswith("server ")]
     assert [s[1] for s in servers] == ["gpu1", "gpu2", "gpu3"]
@@ -488,7 +494,10 @@ def test_haproxy_accepts_the_configuration(pool: ModuleType, tmp_path: Path) -> 
         # the Prometheus exporter frontend too (HAProxy's use-service prometheus-exporter)
         _llama_pool_prometheus_bind="127.0.0.1:8405",
         _llama_pool_scrapers=["10.0.0.9", "fd00::9"],
+        _llama_pool_backend_key_map=str(tmp_path / "backend-key.map"),
+        _llama_pool_user_digests=[pool.digest("a-user-key-0123456789")],
     )
+    (tmp_path / "backend-key.map").write_text(f"pool {HELD}\n")
     assert "use-service prometheus-exporter" in text
     cfg = tmp_path / "haproxy.cfg"
     # (the chroot directory and the haproxy account come with the package; not needed to check)
@@ -580,7 +589,9 @@ def test_the_backend_name_goes_only_to_requests_with_the_key(
         _llama_pool_bind_address=f"127.0.0.1:{front}",
         _llama_pool_backends=backends,
         llama_pool_stats_socket=str(tmp_path / "s"),
+        _llama_pool_backend_key_map=str(tmp_path / "backend-key.map"),
     )
+    (tmp_path / "backend-key.map").write_text(f"pool {HELD}\n")
     lines = [x for x in text.splitlines() if x.split()[:1] not in (["chroot"], ["user"], ["group"])]
     (tmp_path / "haproxy.cfg").write_text("\n".join(lines) + "\n")
     proc = subprocess.Popen(
@@ -613,3 +624,207 @@ def test_the_backend_name_goes_only_to_requests_with_the_key(
         proc.terminate()
         proc.wait(timeout=10)
         srv.shutdown()
+
+
+# ----------------------------------------------------------------------------- users' own keys
+
+
+def test_pool_users_from_the_inventory(pool: ModuleType, filter_error: type[Exception]) -> None:
+    """auto: the claude_code users of the clients group whose pool is this one (their own pool,
+    the host's claude_code_pool, or auto with a server behind it); a list: those names."""
+    groups = {"claude_clients": ["ws", "lap", "other"], "llama_servers": ["gpu1", "gpu2"]}
+    hostvars: dict[str, Any] = {
+        "ws": {
+            "claude_code_server": "gpu1",
+            "claude_code_users": [{"name": "alice"}, {"name": "bob", "pool": ""}],
+        },
+        "lap": {
+            "claude_code_pool": "lb",
+            "claude_code_managed": True,
+            "claude_code_users": [{"name": "carol", "server": "elsewhere"}],
+        },
+        # auto, but their server is not behind the pool, or another instance
+        "other": {
+            "claude_code_server": "gpu9",
+            "claude_code_users": [
+                {"name": "dave"},
+                {"name": "erin", "server": "gpu2", "instance": "small"},
+            ],
+        },
+    }
+    got = pool.clients("auto", "lb", groups, hostvars, "claude_clients", "llama_servers", "main")
+    assert got == ["lap/(managed)", "lap/carol", "ws/alice"]
+    assert pool.clients(
+        ["ws/zed", "ws/alice", "ws/zed"], "lb", groups, hostvars, "x", "y", "z"
+    ) == [
+        "ws/alice",
+        "ws/zed",
+    ]
+    for bad in (["alice"], ["ws/a b"], "everyone", [["ws/alice"]]):
+        with pytest.raises(filter_error, match="llama_pool_clients"):
+            pool.clients(bad, "lb", groups, hostvars, "claude_clients", "llama_servers", "main")
+
+
+def test_each_user_key_is_its_own(pool: ModuleType) -> None:
+    from llamafleet.poolkeys import user_key
+
+    alice, bob = user_key(HELD, "ws/alice"), user_key(HELD, "ws/bob")
+    assert len({alice, bob, HELD}) == 3 and HELD not in alice
+    # another pool key: other user keys; the same inputs: the same key on every pool host
+    assert user_key(HELD + "x", "ws/alice") != alice == user_key(HELD, "ws/alice")
+    digests = pool.client_digests(HELD, ["ws/alice", "ws/bob"])
+    assert digests == {"ws/alice": pool.digest(alice), "ws/bob": pool.digest(bob)}
+
+
+class _LoopbackPool:
+    """The real HAProxy on loopback with the rendered configuration (plain http) in front of three
+    local HTTP servers standing in for llama-server's backends: each records the Authorization
+    and x-api-key it gets (what they cannot show: llama-server's own key check, which the pool
+    scenario runs)."""
+
+    def __init__(self, pool: ModuleType, tmp_path: Path) -> None:
+        import http.server
+        import socket
+        import threading
+
+        self.pool, self.tmp = pool, tmp_path
+        self.seen: dict[str, list[str]] = {}
+        self.servers = []
+        for n in (1, 2, 3):
+            srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler(f"gpu{n}"))
+            threading.Thread(target=srv.serve_forever, daemon=True).start()
+            self.servers.append(srv)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.front = s.getsockname()[1]
+        self.keymap = tmp_path / "backend-key.map"
+        self.keymap.write_text(f"pool {HELD}\n")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def _handler(self, name: str) -> type[Any]:
+        import http.server
+
+        seen = self.seen
+
+        class Backend(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                got = (
+                    self.headers.get("Authorization", "") + "|" + self.headers.get("x-api-key", "")
+                )
+                seen.setdefault(name, []).append(got)
+                body = b'{"status":"ok"}'
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        return Backend
+
+    def start(self, users: list[str]) -> None:
+        """HAProxy on a configuration rendered for these pool users."""
+        import time
+        import urllib.error
+
+        self.stop()
+        backends = [
+            {"name": f"gpu{n}", "address": "127.0.0.1", "port": srv.server_address[1], "id": n,
+             "tls": False, "verifyhost": ""}
+            for n, srv in enumerate(self.servers, 1)
+        ]  # fmt: skip
+        text = _render(
+            self.pool,
+            "haproxy.cfg.j2",
+            _llama_pool_tls=False,
+            _llama_pool_bind_address=f"127.0.0.1:{self.front}",
+            _llama_pool_backends=backends,
+            llama_pool_stats_socket=str(self.tmp / "s"),
+            _llama_pool_backend_key_map=str(self.keymap),
+            _llama_pool_user_digests=list(self.pool.client_digests(HELD, users).values()),
+        )
+        lines = [
+            x for x in text.splitlines() if x.split()[:1] not in (["chroot"], ["user"], ["group"])
+        ]
+        (self.tmp / "haproxy.cfg").write_text("\n".join(lines) + "\n")
+        self.proc = subprocess.Popen(
+            [tool("haproxy"), "-db", "-f", str(self.tmp / "haproxy.cfg")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                self.ask(HELD, "probe")
+                return
+            except (urllib.error.URLError, ConnectionError):
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise
+                time.sleep(0.2)
+
+    def ask(self, key: str, session: str, header: str = "Authorization") -> tuple[int, str | None]:
+        """(status, X-Llamafleet-Backend) of a request with ``key`` in ``header``."""
+        import urllib.error
+        import urllib.request
+
+        value = f"Bearer {key}" if header == "Authorization" else key
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.front}/v1/messages",
+            headers={header: value, "X-Claude-Code-Session-Id": session},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return r.status, r.headers.get("X-Llamafleet-Backend")
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers.get("X-Llamafleet-Backend")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+    def close(self) -> None:
+        self.stop()
+        for srv in self.servers:
+            srv.shutdown()
+
+
+def test_real_haproxy_takes_each_users_key_refuses_a_removed_one_and_hashes_on_the_key(
+    pool: ModuleType, tmp_path: Path
+) -> None:
+    """The real HAProxy in front of three stand-in backends (_LoopbackPool). Each listed user's
+    own key is let in and the backends get the pool key in its place; a key of no listed user is
+    refused; the same session id sent with two users' keys is hashed apart (one user cannot steer
+    onto another user's session); after the user is taken off the list and HAProxy started on
+    the new configuration, their old key is refused."""
+    from llamafleet.poolkeys import user_key
+
+    lp = _LoopbackPool(pool, tmp_path)
+    alice, bob = user_key(HELD, "ws/alice"), user_key(HELD, "ws/bob")
+    try:
+        lp.start(["ws/alice", "ws/bob"])
+        lp.seen.clear()
+        status, where = lp.ask(alice, "s-alice")
+        assert status == 200 and where in ("gpu1", "gpu2", "gpu3")
+        # the backend got the pool key, not alice's
+        assert lp.seen[where] == [f"Bearer {HELD}|"]
+        lp.seen.clear()
+        status, where = lp.ask(bob, "s-bob", header="x-api-key")
+        assert status == 200 and where and lp.seen[where] == [f"Bearer {HELD}|"]
+        assert lp.ask("not-a-listed-key", "s-x") == (401, None)
+        assert lp.ask(alice[:-1] + ("1" if alice[-1] == "0" else "0"), "s-x")[0] == 401
+        # a conversation stays on one backend; bob sending alice's session ids lands elsewhere
+        # for some of them (a fixed list of ids: the outcome does not depend on chance)
+        sessions = [f"session-{n}" for n in range(30)]
+        placed = {(k, sid): lp.ask(k, sid)[1] for k in (alice, bob) for sid in sessions}
+        assert all(lp.ask(alice, sid)[1] == placed[(alice, sid)] for sid in sessions[:5])
+        apart = [sid for sid in sessions if placed[(alice, sid)] != placed[(bob, sid)]]
+        assert apart, "the session id alone decides the backend"
+        # bob taken off the list: HAProxy on the new configuration refuses his old key
+        lp.start(["ws/alice"])
+        assert lp.ask(bob, "s-bob")[0] == 401
+        assert lp.ask(alice, "s-alice")[0] == 200
+    finally:
+        lp.close()

@@ -126,10 +126,34 @@ def test_a_client_with_another_key_gets_401_from_the_pool(
         and "SHA-256 is not one the pool accepts" in m
         for m in messages
     ), messages
-    # and each server behind the pool would refuse it too
-    for host in SLOTS:
-        assert any(f"pool server {host} " in m for m in messages), messages
+    # the servers behind never see it: the pool sends them its own key (checked below)
+    assert not any("pool server" in m for m in messages), messages
     assert {f["file"] for f in found} == {"alice:/home/alice/.claude/settings.json"}
+
+
+def test_the_key_the_pool_sends_must_be_one_every_server_accepts(
+    pool: ModuleType, server_filters: ModuleType
+) -> None:
+    """The pool replaces a user's key with the pool key from its map file: when the check may
+    read that file, a key the servers do not hold is reported on each of them; theirs is clean.
+    The user's own key (llamafleet.poolkeys) is what the pool's ACL accepts."""
+    from llamafleet.poolkeys import user_key
+
+    mine = user_key(HELD, "ws/alice")
+    over = {
+        "_llama_pool_backend_key_map": "lb:/etc/llamafleet/pool/backend-key.map",
+        "_llama_pool_user_digests": [pool.digest(mine)],
+    }
+    item = _item(pool, server_filters, _settings(key=mine), **over)
+    item["files"]["lb:/etc/llamafleet/pool/backend-key.map"] = "pool not-what-the-servers-hold\n"
+    (checked,) = check_items([item])
+    messages = [f["message"] for f in checked.findings if f["id"] == "XC002"]
+    for host in SLOTS:
+        assert any(f"pool server {host} " in m and "sends it another key" in m for m in messages)
+    assert not any("SHA-256 is not one the pool accepts" in m for m in messages), messages
+    item["files"]["lb:/etc/llamafleet/pool/backend-key.map"] = f"pool {HELD}\n"
+    (checked,) = check_items([item])
+    assert not [f for f in checked.findings if f["id"] == "XC002"], checked.findings
 
 
 def test_a_window_above_the_smallest_slot(pool: ModuleType, server_filters: ModuleType) -> None:

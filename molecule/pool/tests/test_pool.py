@@ -1,7 +1,9 @@
 """Verify the pool scenario on lf-pool-lb: HAProxy from the distribution, its configuration and
-runtime API root-only, the pool key nowhere on the pool host (its SHA-256 only), the sandbox of
-its unit, the three backends UP, and requests through the pool: a bad key refused by HAProxy,
-the pool key accepted, the answering backend named, a conversation kept on one backend."""
+runtime API root-only, the pool key only in HAProxy's root-only map file and no user's key on the
+pool host (their SHA-256 only), the sandbox of its unit, the three backends UP, and requests
+through the pool: a bad key and the key of a user not on the list refused by HAProxy, the pool
+key and the user's own key accepted, the answering backend named, a conversation kept on one
+backend."""
 
 import json
 import os
@@ -14,6 +16,7 @@ import testinfra
 NET = os.environ.get("LLAMAFLEET_NET", "10.131.7")
 POOL = f"https://{NET}.51:8443"
 CA = "/etc/llamafleet/pool/ca.crt"
+KEY_MAP = "/etc/llamafleet/pool/backend-key.map"
 BACKENDS = ["lf-pool-1", "lf-pool-2", "lf-pool-3"]
 
 testinfra_hosts = ["ansible://lf-pool-lb"]
@@ -79,14 +82,37 @@ def test_configuration_is_root_only_and_valid(host):
     assert host.run("haproxy -c -f /etc/haproxy/haproxy.cfg").rc == 0
 
 
-def test_the_pool_key_is_not_on_the_pool_host(host, pool_key):
+def test_the_pool_key_is_only_in_haproxys_root_only_map(host, pool_key):
+    """HAProxy sends the backends the pool key in place of a user's key: it keeps it in a
+    root-only map file, never in its configuration; no user's key is on the pool host at all
+    (only its SHA-256)."""
+    from llamafleet.poolkeys import digest, user_key
+
     cfg = host.file("/etc/haproxy/haproxy.cfg").content_string
     assert "sha2(256),hex" in cfg
     assert pool_key not in cfg
-    # nowhere under /etc, /run, /var/lib or root's home (only in the settings of the pool's Claude
-    # Code user on this host, /home/dev, as on any client: see test_pool_client.py)
+    keymap = host.file(KEY_MAP)
+    assert keymap.user == "root" and keymap.mode == 0o600
+    assert keymap.content_string == f"pool {pool_key}\n"
+    # nowhere else under /etc, /run, /var/lib or root's home
     found = host.run(f"grep -rlF -D skip {shlex.quote(pool_key)} /etc /run /var/lib /root")
+    assert found.stdout.split() == [KEY_MAP], found.stdout
+    dev = user_key(pool_key, "lf-pool-lb/dev")
+    assert digest(dev) in cfg
+    # dev's key only in dev's own settings (test_pool_client.py), not under root's paths
+    found = host.run(f"grep -rlF -D skip {shlex.quote(dev)} /etc /run /var/lib /root")
     assert found.stdout.strip() == "", found.stdout
+
+
+def test_a_user_not_on_the_list_is_refused(host, pool_key):
+    """The key a user taken off llama_pool_clients holds (derived as the role derives it) is
+    refused by HAProxy; dev's own key is let in (the real HAProxy's reload without a digest is
+    tested on loopback: test_llama_pool.py)."""
+    from llamafleet.poolkeys import user_key
+
+    assert request(host, user_key(pool_key, "lf-pool-lb/former-user"))[0] == 401
+    status, backend = request(host, user_key(pool_key, "lf-pool-lb/dev"), session=str(uuid.uuid4()))
+    assert status == 200 and backend in BACKENDS
 
 
 def test_runtime_api_is_root_only(host):

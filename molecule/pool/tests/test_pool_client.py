@@ -1,5 +1,6 @@
 """Verify the pool's Claude Code user (dev on lf-pool-lb, configured by the claude_code role with
-claude_code_pool auto): its settings name the pool's URL, the pool's CA and the pool key, and a
+claude_code_pool auto): its settings name the pool's URL, the pool's CA and dev's own key of the
+pool (derived from the pool key and dev's name, not the pool key itself), and a
 request and a real `claude -p` run with those settings are served through the pool."""
 
 import json
@@ -33,7 +34,9 @@ def test_the_settings_point_at_the_pool(host, env, pool_key):
     assert f.user == "dev" and f.mode == 0o600
     # the pool host's own user: the pool on loopback (its certificate names 127.0.0.1)
     assert env["ANTHROPIC_BASE_URL"] == "https://127.0.0.1:8443"
-    assert env["ANTHROPIC_AUTH_TOKEN"] == pool_key
+    from llamafleet.poolkeys import user_key
+
+    assert env["ANTHROPIC_AUTH_TOKEN"] == user_key(pool_key, "lf-pool-lb/dev") != pool_key
     ca = host.file(env["NODE_EXTRA_CA_CERTS"])
     assert env["NODE_EXTRA_CA_CERTS"] == "/etc/llamafleet/ca/lf-pool-lb-pool.pem"
     assert ca.user == "root" and ca.mode == 0o644

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -386,7 +387,7 @@ def pool_target(
         "unit": backends[0]["unit"],
         "ctx_per_slot": 0,
         "backends": backends,
-        # every user of the pool gets the pool key: one key id for all of them
+        # each user of the pool gets a key of their own (the preflight sets its key_id)
         **({"key_id": f"pool:{pool}"} if pool_key else {}),
     }
 
@@ -479,9 +480,10 @@ def pool_keys(targets: Any, hostvars: Mapping[str, Any], reads: Any = None) -> d
     """The pool keys of the pool targets, for ``_claude_code_keys``: each backend's client key
     ``llama_pool_client_key_name`` as ``BACKEND/INSTANCE/NAME`` (its llama_server_client_api_keys
     fact when the llama_server role ran in this play, else its key file as read in ``reads``,
-    the results of a slurp loop over pool_key_reads), and the token every user of the pool gets
-    as the target's key_id: the first backend's (in name order) that holds one. A backend not
-    reached or without the key is left out. Carries keys: use with no_log."""
+    the results of a slurp loop over pool_key_reads), and as the target's key_id the user's own
+    key of the pool, derived from the first backend's (in name order) pool key and the user's
+    ``pool_client`` name (llamafleet.poolkeys.user_key). A backend not reached or without the key
+    is left out. Carries keys: use with no_log."""
     out: dict[str, str] = {}
     for t in targets or []:
         if not isinstance(t, Mapping) or not t.get("pool") or not t.get("pool_key"):
@@ -495,8 +497,23 @@ def pool_keys(targets: Any, hostvars: Mapping[str, Any], reads: Any = None) -> d
             key = str(exposed.get(name) or "").strip() or _key_read(reads, host)
             if key:
                 out[f"{host}/{instance}/{name}"] = key
-                out.setdefault(str(t["key_id"]), key)
+                out.setdefault(f"pool-key:{t['pool']}", key)
+                if str(t["key_id"]) not in out:
+                    out[str(t["key_id"])] = _pool_user_key(key, t)
     return out
+
+
+def _pool_user_key(pool_key: str, target: Mapping[str, Any]) -> str:
+    """The user's own key of the pool (llamafleet.poolkeys: derived from the pool key and the
+    user's pool client name, as the llama_pool role derives the digests it accepts)."""
+    _need_llamafleet()
+    from llamafleet.poolkeys import user_key
+
+    client = str(target.get("pool_client") or "")
+    try:
+        return user_key(pool_key, client)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"{target.get('name')}: {exc}") from None
 
 
 def pool_key_reads(targets: Any, hostvars: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -525,6 +542,10 @@ def _haproxy_text(haproxy: Any, pool: str) -> str | None:
     return None
 
 
+#: HAProxy's ``"Bearer %[str(NAME),map(FILE)]"``: the key the llama_pool role's pool sends on
+_SENT_KEY_MAP = re.compile(r"%\[str\(([^)]*)\),map\(([^),]+)\)\]")
+
+
 def _pool_item(
     item: dict[str, Any],
     target: Mapping[str, Any],
@@ -540,8 +561,16 @@ def _pool_item(
     if cfg is None or not haproxy_kind_supported():
         return item
     item["path"] = f"{pool}:{HAPROXY_CFG}"
-    texts = [{"path": item["path"], "text": cfg, "kind": "haproxy"}]
     files: dict[str, str] = {}
+    # the key the pool sends the backends in place of the user's, from its map file on the pool
+    # host: the pool key as the backends hold it (the first one's, as the llama_pool role writes it)
+    sent = _SENT_KEY_MAP.search(cfg)
+    pool_key = str(keys.get(f"pool-key:{pool}") or "")
+    if sent and target.get("pool_key") and pool_key:
+        where = f"{pool}:{sent[2]}"
+        cfg = cfg[: sent.start(2)] + where + cfg[sent.end(2) :]
+        files[where] = f"{sent[1]} {pool_key}\n"
+    texts = [{"path": item["path"], "text": cfg, "kind": "haproxy"}]
     instance = str(target.get("instance"))
     for b in target.get("backends") or []:
         host, unit = str(b["name"]), str(b["unit"])

@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 from ansible.errors import AnsibleFilterError
 
 try:
+    from llamafleet.poolkeys import user_key as _user_key
     from llamafleet.rules.server import address_kind
     from llamafleet.units import IP_ALLOW_ENTRY as _IP_ALLOW
 except ImportError as exc:  # pragma: no cover - reported when a filter is used
@@ -30,6 +31,8 @@ _LABEL = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,62}"
 _DNS_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\.?\Z")
 #: client names of the llama_server role's client keys
 _CLIENT_NAME = re.compile(r"[A-Za-z0-9_.@/-]{1,200}\Z")
+#: pool users: client names, and HOST/(managed) for a host's managed settings file
+_POOL_CLIENT = re.compile(r"[A-Za-z0-9_.@-]{1,100}/(?:[A-Za-z0-9_.@-]{1,100}|\(managed\))\Z")
 #: what the role accepts as a pool key read from a backend: printable, no blank, 16+ characters
 _KEY = re.compile(r"[\x21-\x7e]{16,512}\Z")
 #: server ids stay below this, so HAProxy's consistent-hash node keys (id * 4096 + n) fit 32 bits
@@ -391,6 +394,91 @@ def digest(key: Any) -> str:
     return hashlib.sha256(str(key).strip().encode()).hexdigest().upper()
 
 
+def _need_llamafleet() -> None:
+    if _IMPORT_ERROR is not None:
+        _fail(
+            f"the llamafleet package is not importable on the controller ({_IMPORT_ERROR}): "
+            "pip install ./validator"
+        )
+
+
+def _users_of(hv: Any) -> list[Mapping[str, Any]]:
+    users = _get(hv, "claude_code_users", []) or []
+    out: list[Mapping[str, Any]] = [u for u in users if isinstance(u, Mapping) and u.get("name")]
+    if _truthy(_get(hv, "claude_code_managed", False)):
+        out.insert(0, {"name": "(managed)"})
+    return out
+
+
+def _truthy(value: Any) -> bool:
+    return str(value).strip().lower() in _TRUE
+
+
+def clients(  # noqa: PLR0917 - a filter: Jinja passes its arguments by position
+    setting: Any,
+    pool: str,
+    groups: Mapping[str, Any],
+    hostvars: Mapping[str, Any],
+    group: str,
+    backends_group: str,
+    instance: str,
+) -> list[str]:
+    """The pool's users, each ``HOST/USER`` (the claude_code role's client names; a managed
+    settings file is ``HOST/(managed)``), sorted. ``setting``: a list of such names, or ``auto``:
+    every claude_code_users entry (and managed file) of the hosts of ``group`` whose pool is this
+    one: their own ``pool`` or the host's claude_code_pool names ``pool``, or is auto and their
+    server (``server`` or claude_code_server) is one of ``backends_group``'s hosts with the
+    pool's ``instance`` (``instance`` or claude_code_instance, default main)."""
+    if isinstance(setting, str) and setting.strip().lower() == "auto":
+        members = set(groups.get(backends_group) or [])
+        out: set[str] = set()
+        for host in groups.get(group) or []:
+            hv = hostvars.get(host) if hasattr(hostvars, "get") else hostvars[host]
+            host_pool = _get(hv, "claude_code_pool", "auto")
+            for user in _users_of(hv):
+                choice = user.get("pool", host_pool)
+                text = "" if choice in (None, False) else str(choice).strip()
+                if text.lower() in ("", *_FALSE, "none"):
+                    continue
+                if text.lower() == "auto":
+                    server = str(user.get("server") or _get(hv, "claude_code_server", "") or "")
+                    inst = str(user.get("instance") or _get(hv, "claude_code_instance", "main"))
+                    # the role's own default server (this host, else the first llama server)
+                    if not server or "{{" in server:
+                        server = host if host in members else next(iter(members), "")
+                    if server not in members or inst != instance:
+                        continue
+                elif text != pool:
+                    continue
+                out.add(f"{host}/{user['name']}")
+        return sorted(out)
+    if not isinstance(setting, (list, tuple)):
+        _fail(f"llama_pool_clients must be auto or a list of HOST/USER names, got {setting!r}")
+    names = []
+    for item in setting:
+        name = str(item).strip()
+        if not _POOL_CLIENT.match(name):
+            _fail(
+                f"llama_pool_clients entry {item!r} is not HOST/USER (the client host's "
+                "inventory name, a slash, the user's name)"
+            )
+        names.append(name)
+    return sorted(set(names))
+
+
+def client_digests(pool_key: Any, names: Iterable[str]) -> dict[str, str]:
+    """Each pool user's key digest (upper-case hex SHA-256 of llamafleet.poolkeys.user_key):
+    what HAProxy accepts for them. Carries no key."""
+    _need_llamafleet()
+    out: dict[str, str] = {}
+    for name in names or []:
+        try:
+            out[str(name)] = digest(_user_key(str(pool_key), str(name)))
+        except ValueError as exc:
+            _fail(str(exc))
+    return out
+
+
 def ip_allow(networks: Any, bind: Any, pool_backends: Iterable[Mapping[str, Any]]) -> list[str]:
     """The IPAddressAllow= entries of HAProxy's unit besides localhost: ``networks``
     (llama_pool_ip_allow), then each backend's address. A pool bound beyond loopback must name its
@@ -519,6 +607,8 @@ class FilterModule:
             "llama_pool_leader": leader,
             "llama_pool_key_plan": key_plan,
             "llama_pool_digest": digest,
+            "llama_pool_clients": clients,
+            "llama_pool_client_digests": client_digests,
             "llama_pool_client_key_file": client_key_file,
             "llama_pool_ip_allow": ip_allow,
             "llama_pool_bind_address": bind_address,

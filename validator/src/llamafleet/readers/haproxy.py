@@ -55,6 +55,8 @@ NOT_AFFINE = frozenset({"roundrobin", "static-rr", "leastconn", "first", "random
 #: Address prefixes of sockets that are not TCP (a client of the pool cannot use them).
 _NOT_TCP = ("unix@", "abns@", "abnsz@", "fd@", "sockpair@", "udp@", "udp4@", "udp6@", "uxst@")
 _TCP = ("ipv4@", "ipv6@", "tcp@", "tcp4@", "tcp6@", "quic4@", "quic6@")
+#: the key an ``http-request set-header Authorization "Bearer %[str(NAME),map(FILE)]"`` sends
+_SENT_KEY_MAP = re.compile(r"%\[str\(([^)]*)\),map\(([^),]+)\)\]")
 _DIGEST_FETCH = re.compile(r",sha2\(256\),hex(?:,|$)", re.I)
 
 
@@ -162,6 +164,11 @@ class Proxy:
     unknown_bind: bool = False
     #: a use_backend with a name computed at run time (%[...])
     dynamic_backend: bool = False
+    #: an ``http-request set-header Authorization ...``: the servers behind get the key this
+    #: proxy sends, not the client's (a pool that checks its users' keys itself)
+    sets_key: bool = False
+    #: where the key it sends comes from, when it is ``%[str(NAME),map(FILE)]``: (FILE, NAME)
+    sent_key_map: tuple[str, str] | None = None
 
     @property
     def accepts_clients(self) -> bool:
@@ -619,5 +626,14 @@ class _Reader:
             if found is not None:
                 self.acl_digests.setdefault(words[1], []).append(found)
         else:
+            if (
+                key == "http-request"
+                and len(words) > 3
+                and words[1].lower() in ("set-header", "replace-header")
+                and words[2].lower() == "authorization"
+            ):
+                proxy.sets_key = True
+                found_map = _SENT_KEY_MAP.search(" ".join(words[3:]))
+                proxy.sent_key_map = (found_map[2], found_map[1]) if found_map else None
             proxy.key_acls.extend(_inline_acls(ln))
             self.used_words.update(w.lstrip("!") for w in words[1:])

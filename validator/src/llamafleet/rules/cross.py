@@ -287,6 +287,11 @@ def client_missing_key(ctx: Context) -> Iterator[Hit]:
             found = route.pool_key_problem(sent, helper)
             if found is not None:
                 yield Hit(file, line, {"server": route.describe(), "detail": found})
+            if route.frontend.sets_key:
+                # the pool sends the servers its own key, not the client's: that one (from its
+                # map file, when it may be read) must be one each server accepts
+                yield from _pool_sent_key_problems(ctx, c, route, file, line)
+                continue
         for s, name in reached_servers(ctx, c):
             required, keys = server_keys(s, ctx.referenced)
             if not required:
@@ -299,6 +304,40 @@ def client_missing_key(ctx: Context) -> Iterator[Hit]:
                     line,
                     {"server": name, "detail": "sends a different key (it will get 401)"},
                 )
+
+
+def _pool_sent_key_problems(
+    ctx: Context, c: Client, route: PoolRoute, file: str, line: int
+) -> Iterator[Hit]:
+    """XC002 for the servers behind a pool that replaces the client's key with its own: the key
+    its map file holds (``%[str(NAME),map(FILE)]``; not read unless the referenced-file policy
+    allows) against each server's keys."""
+    where = route.frontend.sent_key_map
+    if where is None:
+        return
+    path, name = where
+    text = (ctx.referenced or NEVER).read(path)
+    if not text:
+        return
+    sent = [
+        parts[1]
+        for parts in (ln.split(None, 1) for ln in text.splitlines())
+        if len(parts) == 2 and parts[0] == name
+    ]
+    if not sent:
+        return
+    for s, server in reached_servers(ctx, c):
+        required, keys = server_keys(s, ctx.referenced)
+        if required and keys is not None and not any(k.strip() in keys for k in sent):
+            yield Hit(
+                file,
+                line,
+                {
+                    "server": server,
+                    "detail": "reaches it through the pool, which sends it another key (from "
+                    f"its map file {path}): the server will answer 401",
+                },
+            )
 
 
 # ----------------------------------------------------------------------------- pools
