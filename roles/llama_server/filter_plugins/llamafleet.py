@@ -30,20 +30,21 @@ try:
     from llamafleet.errors import InputError
     from llamafleet.preflight import instance_ignores
     from llamafleet.rules.cross import slot_context_of_argv
+    from llamafleet.units import UNIT_CONTROL, unit_value_problem
 except ImportError as exc:  # pragma: no cover - reported when the filter is used
     _IMPORT_ERROR: ImportError | None = exc
 else:
     _IMPORT_ERROR = None
 
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@")
-#: C0 controls (newline, carriage return, tab, NUL, ...), DEL, and what Python's splitlines()
-#: (the validator's line splitter) also takes for a line end.
-_CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def _refuse_control(text: str, purpose: str) -> str:
-    m = _CONTROL.search(text)
+    """``text`` unless it holds a control character or line end (llamafleet.units.UNIT_CONTROL,
+    the one definition every role's unit values are checked against)."""
+    _need_llamafleet()
+    m = UNIT_CONTROL.search(text)
     if m:
         raise AnsibleFilterError(
             f"{purpose}: {text!r} contains the control character {m.group(0)!r}; a value "
@@ -57,12 +58,11 @@ def unit_value(value: Any, purpose: str = "a value of the unit") -> str:
     """A value rendered into a unit line (or a comment line) as it is: refused (the task fails)
     when it holds a control character, or ends in a backslash (which would continue the line into
     the next one)."""
-    text = _refuse_control(str(value), purpose)
-    if text.endswith("\\"):
-        raise AnsibleFilterError(
-            f"{purpose}: {text!r} ends in a backslash, which would join the next line of the unit "
-            "to this one"
-        )
+    _need_llamafleet()
+    text = str(value)
+    problem = unit_value_problem(text)
+    if problem:
+        raise AnsibleFilterError(f"{purpose}: {problem}")
     return text
 
 
