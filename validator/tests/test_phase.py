@@ -9,18 +9,20 @@ import re
 import subprocess
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 PHASE = str(ROOT / "testbed" / "phase")
 
 
-def _phase(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
+def _phase(
+    tmp_path: Path, *args: str, keep_going: bool = False
+) -> subprocess.CompletedProcess[str]:
+    # not inherited: `make test` itself runs these tests with LLAMAFLEET_PHASE_KEEP_GOING=1
+    env = {k: v for k, v in os.environ.items() if k != "LLAMAFLEET_PHASE_KEEP_GOING"} | {
         "LLAMAFLEET_PHASES": str(tmp_path / "phases"),
         "LLAMAFLEET_CACHE": str(tmp_path / "cache"),
     }
+    if keep_going:
+        env["LLAMAFLEET_PHASE_KEEP_GOING"] = "1"
     return subprocess.run([PHASE, *args], env=env, capture_output=True, text=True, check=False)
 
 
@@ -76,15 +78,12 @@ def test_a_failed_phase_keeps_its_exit_status_and_shows_its_last_lines(tmp_path:
     assert "failed: default" in done.stdout and done.returncode == 1
 
 
-def test_keep_going_records_the_failure_runs_on_and_the_report_fails(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_keep_going_records_the_failure_runs_on_and_the_report_fails(tmp_path: Path) -> None:
     """make test: a failed phase returns 0 to make (its lane goes on), the report fails."""
     _phase(tmp_path, "reset")
-    monkeypatch.setenv("LLAMAFLEET_PHASE_KEEP_GOING", "1")
-    failed = _phase(tmp_path, "run", "unit", "5", "4", "--", "false")
+    failed = _phase(tmp_path, "run", "unit", "5", "4", "--", "false", keep_going=True)
     assert failed.returncode == 0 and "phase unit: FAILED (rc 1)" in failed.stdout
-    assert _phase(tmp_path, "run", "cuda", "6", "4", "--", "true").returncode == 0
+    assert _phase(tmp_path, "run", "cuda", "6", "4", "--", "true", keep_going=True).returncode == 0
     done = _phase(tmp_path, "report")
     assert done.returncode == 1 and "failed: unit" in done.stdout
     assert _row(done.stdout, "cuda")[4] == "ok"

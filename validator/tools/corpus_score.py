@@ -21,6 +21,7 @@ report is a crash.
     python tools/corpus_score.py            # the per-case table and the totals
     python tools/corpus_score.py --json     # the same as JSON (tests/test_corpus.py reads it)
     python tools/corpus_score.py 007 012    # only the cases whose folder starts so
+    python tools/corpus_score.py --corpus tests/corpus-fresh   # another folder of cases
 """
 
 from __future__ import annotations
@@ -204,8 +205,10 @@ def load_case(path: Path) -> Case:
     )
 
 
-def load_cases(only: Sequence[str] = ()) -> list[Case]:
-    dirs = sorted(p for p in CORPUS.iterdir() if p.is_dir() and (p / CASE_FILE).is_file())
+def load_cases(only: Sequence[str] = (), corpus: Path = CORPUS) -> list[Case]:
+    if not corpus.is_dir():
+        raise CaseError(f"{corpus}: not a folder of cases")
+    dirs = sorted(p for p in corpus.iterdir() if p.is_dir() and (p / CASE_FILE).is_file())
     if only:
         dirs = [d for d in dirs if any(d.name.startswith(o) for o in only)]
     return [load_case(d) for d in dirs]
@@ -370,8 +373,8 @@ def totals(outcomes: Sequence[Outcome]) -> Totals:
     )
 
 
-def run_all(only: Sequence[str] = ()) -> tuple[list[Outcome], Totals]:
-    outcomes = [score(c) for c in load_cases(only)]
+def run_all(only: Sequence[str] = (), corpus: Path = CORPUS) -> tuple[list[Outcome], Totals]:
+    outcomes = [score(c) for c in load_cases(only, corpus)]
     return outcomes, totals(outcomes)
 
 
@@ -408,9 +411,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("only", nargs="*", help="case folder prefixes (default: all)")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    p.add_argument(
+        "--corpus",
+        type=Path,
+        default=CORPUS,
+        metavar="DIR",
+        help="the folder of cases (default: tests/corpus)",
+    )
     args = p.parse_args(argv)
     try:
-        outcomes, t = run_all(args.only)
+        outcomes, t = run_all(args.only, args.corpus.resolve())
     except CaseError as exc:
         sys.stderr.write(f"corpus_score: {exc}\n")
         return 2
