@@ -1,0 +1,15 @@
+./llama-server.exe `
+--model "C:\Users\<user>\.lmstudio\models\unsloth\Qwen3.5-4B-GGUF\Qwen3.5-4B-UD-Q4_K_XL.gguf" `
+--mmproj "C:\Users\<user>\.lmstudio\models\unsloth\Qwen3.5-4B-GGUF\mmproj-F32.gguf" `
+--gpu-layers 99 `
+--ctx-size 32768 `
+--flash-attn on `
+--parallel 1 `
+--mlock `
+--no-mmap `
+--temp 1.00 `
+--top-p 0.95 `
+--top-k 20 `
+--min-p 0.00 `
+--presence-penalty 1.50 `
+--repeat-penalty 1.00
