@@ -46,9 +46,57 @@ RATCHET = {
 }
 
 
+FRESH = Path(__file__).resolve().parent / "corpus-fresh"
+
+#: The fresh sample (tests/corpus-fresh, cases 051-080, scored before any change for it:
+#: SCORE-before.md): the cases that fail today, with their cause.
+FRESH_XFAIL: dict[str, str] = {
+    "053-powershell-array-bare-fa-gpt-oss": "a PowerShell argument array run by Start-Process",
+    "054-gpt-oss-launcher-extra-args": "LS007 beside an unquoted $EXTRA_ARGS",
+    "066-nixos-services-llama-cpp": "NixOS services.llama-cpp is not read",
+    "080-container-run-command-in-string": "a command assembled in a string, run by exec ${CMD}",
+}
+
+#: The fresh sample's totals when its ratchet was last raised (first score: 86.9 % / 79.1 %).
+FRESH_RATCHET = {"cases": 30, "tp": 56, "precision": 0.966, "recall": 0.836, "crashes": 0}
+
+
 @cache
 def _outcomes() -> dict[str, Any]:
     return {o.case.name: o for o in (corpus.score(c) for c in corpus.load_cases())}
+
+
+@cache
+def _fresh_outcomes() -> dict[str, Any]:
+    return {o.case.name: o for o in (corpus.score(c) for c in corpus.load_cases(corpus=FRESH))}
+
+
+def _fresh_params() -> list[object]:
+    out: list[object] = []
+    for case in corpus.load_cases(corpus=FRESH):
+        reason = FRESH_XFAIL.get(case.name)
+        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+        out.append(pytest.param(case.name, marks=marks, id=case.name))
+    return out
+
+
+@pytest.mark.parametrize("name", _fresh_params())
+def test_fresh_case(name: str) -> None:
+    o = _fresh_outcomes()[name]
+    assert o.crash is None, f"{name}: {o.crash}"
+    missed = [e.label() for e in o.fn]
+    forbidden = [r.label() for r in o.forbidden]
+    assert not missed, f"{name}: expected findings not reported: {missed}"
+    assert not forbidden, f"{name}: reported findings the case rules out: {forbidden}"
+
+
+def test_fresh_totals_ratchet() -> None:
+    t = corpus.totals(list(_fresh_outcomes().values()))
+    assert t.cases >= FRESH_RATCHET["cases"]
+    assert t.tp >= FRESH_RATCHET["tp"], t.as_dict()
+    assert round(t.precision, 3) >= FRESH_RATCHET["precision"], t.as_dict()
+    assert round(t.recall, 3) >= FRESH_RATCHET["recall"], t.as_dict()
+    assert t.crashes <= FRESH_RATCHET["crashes"], t.as_dict()
 
 
 def _params() -> list[object]:

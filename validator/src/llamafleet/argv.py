@@ -239,7 +239,9 @@ class ServerConfig:
             try:
                 n = int(v, 0) if v.lower().startswith(("0x", "-0x")) else int(v)
             except ValueError:
-                n = None
+                # `8192.0`: what llama-server's std::stoi reads, where that is what was meant
+                read = stoi(v)
+                n = read[0] if read and re.fullmatch(r"\.0*", read[1].strip()) else None
         ints[canonical] = n
         return n
 
@@ -260,11 +262,33 @@ class ServerConfig:
 
 _NUMBER = re.compile(r"-\d+(\.\d+)?([eE][-+]?\d+)?")
 _INTEGER = re.compile(r"\s*[-+]?\d+")
+#: what std::stoi reads (llama-server's integer options, common/arg.cpp): blanks, a sign, digits;
+#: the rest of the value is ignored
+_STOI = re.compile(r"\s*([-+]?\d+)")
+_INT_MAX = 2**31 - 1
+#: what std::stof reads: blanks, a sign, a decimal number (or inf, nan)
+_STOF = re.compile(r"\s*[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|inf(?:inity)?|nan)", re.I)
+
+
+def stoi(value: str) -> tuple[int, str] | None:
+    """What llama-server's std::stoi makes of ``value``: (the integer, the ignored rest), or None
+    where it throws (no leading integer, or outside a 32-bit int): the server refuses those."""
+    m = _STOI.match(value)
+    if m is None:
+        return None
+    n = int(m.group(1))
+    if not -_INT_MAX - 1 <= n <= _INT_MAX:
+        return None
+    return n, value[m.end() :]
+
+
 _SERVER_SUFFIXES = (".sh", ".cmd", ".bat", ".ps1", ".py", ".service", ".log", ".txt", ".gguf")
 
 
 def is_server_binary(word: str) -> bool:
     """Whether ``word`` names llama-server (a path, ``llama-server.exe``, the old ``server``)."""
+    if word.endswith(":"):
+        return False  # a make target (`$(PREFIX)/bin/llama-server: deps`) or a label, not a program
     base = word.strip("\"'").rpartition("/")[2].rpartition("\\")[2].lower()
     return base in ("llama-server", "llama-server.exe", "server", "server.exe") or (
         base.startswith("llama-server") and not base.endswith(_SERVER_SUFFIXES)
@@ -639,10 +663,18 @@ def validate_value(opt: Option) -> str | None:
             return None
         if v in spec.special:
             return None
-        if not v.isdigit() and not _INTEGER.fullmatch(v.strip()):
+        read = stoi(v)
+        if read is None:
             also = f" (or {', '.join(spec.special)})" if spec.special else ""
             return f"{opt.written} {v!r} is not an integer{also}"
-        n = int(v.strip())
+        n, rest = read
+        # std::stoi stops at the first character that is not a digit: `0.0` is 0, as meant, but
+        # `200k` is 200 (the server starts, with a value nobody asked for)
+        if rest.strip() and not re.fullmatch(r"\.0*", rest.strip()):
+            return (
+                f"{opt.written} {v!r} is read as {n}: llama-server takes the leading integer "
+                f"(std::stoi) and ignores {rest.strip()!r}"
+            )
         if n in spec.rejects:
             if spec.canonical == "--parallel":
                 return f"{opt.written} {n} is rejected by llama-server (use -1 for auto, or N >= 1)"
@@ -655,7 +687,14 @@ def validate_value(opt: Option) -> str | None:
         try:
             float(v)
         except ValueError:
-            return f"{opt.written} {v!r} is not a number"
+            # std::stof (common/arg.cpp) reads a leading number and ignores the rest
+            m = _STOF.match(v)
+            if m is None:
+                return f"{opt.written} {v!r} is not a number"
+            return (
+                f"{opt.written} {v!r} is read as {m.group(0).strip()}: llama-server takes the "
+                f"leading number (std::stof) and ignores {v[m.end() :].strip()!r}"
+            )
     return None
 
 

@@ -56,8 +56,26 @@ def interpolate(value: str) -> tuple[str, bool]:
     return _INTERP.sub(sub, value), unknown
 
 
+def compose_services(data: Any) -> dict[Any, Any] | None:
+    """The services of a Compose file: its ``services:`` mapping, or for a fragment (a README's
+    service entries published without their ``services:`` key) the document itself, when every
+    value is a mapping and one of them is a service with an ``image`` (and a command, entrypoint,
+    environment or ports). None for anything else."""
+    if not isinstance(data, dict):
+        return None
+    services = data.get("services")
+    if isinstance(services, dict):
+        return services
+    if not data or "services" in data or not all(isinstance(v, dict) for v in data.values()):
+        return None
+    keys = ("command", "entrypoint", "environment", "ports")
+    if any(isinstance(v.get("image"), str) and any(k in v for k in keys) for v in data.values()):
+        return data
+    return None
+
+
 def is_compose(data: Any) -> bool:
-    return isinstance(data, dict) and isinstance(data.get("services"), dict)
+    return compose_services(data) is not None
 
 
 class _Lines:
@@ -161,8 +179,8 @@ def _ports(value: Any) -> list[tuple[str, int, int]]:
 def read_compose(data: Any, text: str, path: str) -> ReadResult:
     c = Collector(path, "compose", text)
     lines = _Lines(text)
-    services = data.get("services") if isinstance(data, dict) else None
-    if not isinstance(services, dict):
+    services = compose_services(data)
+    if services is None:
         return c.finish()
     svc_lines = services.lines if isinstance(services, YMap) else {}
     for name, svc in services.items():
@@ -198,6 +216,9 @@ def _service(c: Collector, name: str, svc: dict[str, Any], line: int, lines: _Li
     image_line = keys.get("image", line)
     if entry:
         argv = [*entry, *cmd]
+    elif entry == [] and "entrypoint" in svc:
+        # `entrypoint: ''` (or []) clears the image's entrypoint: the command runs by itself
+        argv = list(cmd)
     elif kind == "server":
         argv = [Token("llama-server", image_line), *cmd]
     elif kind == "full" and cmd and cmd[0].text in ("--server", "-s"):

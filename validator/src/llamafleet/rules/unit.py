@@ -33,7 +33,7 @@ def mlock_without_limit(ctx: Context) -> Iterator[Hit]:
 @rule("SD002")
 def runs_as_root(ctx: Context) -> Iterator[Hit]:
     for u in ctx.units:
-        if u.server is None:
+        if u.server is None or user_unit(u):
             continue
         user = u.get("Service", "User")
         dynamic = u.get("Service", "DynamicUser")
@@ -41,6 +41,21 @@ def runs_as_root(ctx: Context) -> Iterator[Hit]:
             continue
         if user is None or user.value in ("root", "0") or not _valid_user(user.value):
             yield Hit(u.path, user.line if user else u.server.line, {})
+
+
+def user_unit(u: Unit) -> bool:
+    """Whether ``u`` is a systemd user unit, which the user's own manager runs as that user
+    (never as root): its path is a user unit directory (``~/.config/systemd/user``,
+    ``/etc/systemd/user``, ``/usr/lib/systemd/user``), or it is installed into
+    ``default.target`` (the user manager's target) and names paths with ``%h`` (the user's home:
+    root's in a system unit, where nobody writes it)."""
+    if "/systemd/user/" in u.path.replace("\\", "/"):
+        return True
+    wanted = " ".join(
+        e.value for e in u.all("Install", "WantedBy") + u.all("Install", "RequiredBy")
+    )
+    home = any("%h" in e.value for entries in u.sections.values() for e in entries)
+    return "default.target" in wanted.split() and home
 
 
 def _valid_user(name: str) -> bool:
