@@ -52,13 +52,11 @@ FRESH = Path(__file__).resolve().parent / "corpus-fresh"
 #: SCORE-before.md): the cases that fail today, with their cause.
 FRESH_XFAIL: dict[str, str] = {
     "053-powershell-array-bare-fa-gpt-oss": "a PowerShell argument array run by Start-Process",
-    "054-gpt-oss-launcher-extra-args": "LS007 beside an unquoted $EXTRA_ARGS",
     "066-nixos-services-llama-cpp": "NixOS services.llama-cpp is not read",
-    "080-container-run-command-in-string": "a command assembled in a string, run by exec ${CMD}",
 }
 
 #: The fresh sample's totals when its ratchet was last raised (first score: 86.9 % / 79.1 %).
-FRESH_RATCHET = {"cases": 30, "tp": 56, "precision": 0.966, "recall": 0.836, "crashes": 0}
+FRESH_RATCHET = {"cases": 30, "tp": 61, "precision": 0.968, "recall": 0.910, "crashes": 0}
 
 
 @cache

@@ -175,6 +175,9 @@ class ServerConfig:
     detached: list[Token] = field(default_factory=list)
     #: options may hide in an expansion the validator cannot resolve
     opaque: bool = False
+    #: an environment the validator did not read (an EnvironmentFile=, a Compose env_file, a
+    #: docker --env-file) may set LLAMA_ARG_* options, the key among them
+    env_opaque: bool = False
     #: in a container: (host address, host port, container port) of each published port;
     #: None when not in a container (or with the host's network)
     published: list[tuple[str, int, int]] | None = None

@@ -255,6 +255,7 @@ def parse_unit(text: str, path: str, referenced: ReferencedFiles | None = None) 
     cfg.detached += detached
     if unread:
         cfg.opaque = True  # an EnvironmentFile= that was not read may set LLAMA_ARG_* options
+        cfg.env_opaque = True
     unit.server = cfg
     return unit
 

@@ -484,7 +484,7 @@ class Collector:
         cfg.names = tuple(run.names)
         cfg.build = image_build(run.image.text) or self.build
         if run.env_file or run.unknown_env:
-            cfg.opaque = True
+            cfg.opaque = cfg.env_opaque = True
         if kind in ("server", "full") and cfg.get("--host") is None:
             # the image sets LLAMA_ARG_HOST=0.0.0.0 (.devops/*.Dockerfile): it listens on every
             # address of the container

@@ -246,7 +246,7 @@ def _service(c: Collector, name: str, svc: dict[str, Any], line: int, lines: _Li
         cfg.names = tuple(names)
         cfg.build = image_build(image_text) or c.build
         if svc.get("env_file"):
-            cfg.opaque = True
+            cfg.opaque = cfg.env_opaque = True
         if kind in ("server", "full") and cfg.get("--host") is None:
             from llamafleet.argv import apply_env
 

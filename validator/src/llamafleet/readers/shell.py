@@ -809,9 +809,14 @@ class Expander:
                 cur = Field()
                 have = False
             if first >= 0:
-                for f in fields[first:]:
-                    f.unknown = True
-                cur.unknown = cur.unknown or bool(cur.pieces)
+                # a known-in-part value split on white space: the fields that hold an unknown
+                # part (kept as written: `${X}`, `$(cmd)`) are unknown, and may be several
+                # arguments; the ones that are all known text are known (`CMD="llama-server
+                # --host 0.0.0.0 ${OPTS}"; exec ${CMD}`)
+                for f in [*fields[first:], cur]:
+                    vague = any(("$" in p[0] or "`" in p[0]) for p in f.pieces)
+                    f.unknown = vague
+                    f.split = f.split or vague
         if have or cur.pieces:
             fields.append(cur)
         return fields

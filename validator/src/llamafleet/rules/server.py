@@ -188,7 +188,9 @@ def exposed_without_api_key(ctx: Context) -> Iterator[Hit]:
         opt = cfg.get("--host")
         if opt is None or opt.value is None or opt.unknown or is_loopback(opt.value):
             continue
-        if not has_api_key(cfg) and not cfg.opaque:  # opaque: a key may hide in an expansion
+        # an environment not read may set LLAMA_ARG_API_KEY; an unresolved expansion in the
+        # command line is taken as what it is when the script runs as written: empty
+        if not has_api_key(cfg) and not cfg.env_opaque:
             yield Hit(cfg.path, opt.line, {"host": opt.value})
 
 
