@@ -51,12 +51,11 @@ FRESH = Path(__file__).resolve().parent / "corpus-fresh"
 #: The fresh sample (tests/corpus-fresh, cases 051-080, scored before any change for it:
 #: SCORE-before.md): the cases that fail today, with their cause.
 FRESH_XFAIL: dict[str, str] = {
-    "053-powershell-array-bare-fa-gpt-oss": "a PowerShell argument array run by Start-Process",
     "066-nixos-services-llama-cpp": "NixOS services.llama-cpp is not read",
 }
 
 #: The fresh sample's totals when its ratchet was last raised (first score: 86.9 % / 79.1 %).
-FRESH_RATCHET = {"cases": 30, "tp": 61, "precision": 0.968, "recall": 0.910, "crashes": 0}
+FRESH_RATCHET = {"cases": 30, "tp": 65, "precision": 0.985, "recall": 0.970, "crashes": 0}
 
 
 @cache

@@ -342,7 +342,7 @@ _PS_SCAN = re.compile(
   | (?P<dq>"(?:``|`"|""|[^"])*")
   | (?P<arr>@\()
   | (?P<splat>@[A-Za-z_][A-Za-z0-9_]*)
-  | (?P<var>\$(?:\{[^}]*\}|(?:env:|script:|global:|local:)?[A-Za-z_][A-Za-z0-9_]*|\(|[?$^_]))
+  | (?P<var>\$(?:\{[^}]*\}|(?i:env:|script:|global:|local:)?[A-Za-z_][A-Za-z0-9_]*|\(|[?$^_]))
   | (?P<op>&&|\|\||[;|&(){},]|=(?!=))
   | (?P<redir>[0-9*]?>>?(?:&[0-9])?)
   | (?P<word>(?:`.|[^\s`'"\#;|&(){},=<>$@])+(?:=(?:`.|[^\s`'"\#;|&(){},<>$])*)?)
@@ -441,7 +441,7 @@ def _ps_tokens(text: str) -> list[list[_PsTok]]:
 
 
 _PS_EXPAND = re.compile(
-    r"`(.)|\$\{([^}]*)\}|\$(?:env:)([A-Za-z_][A-Za-z0-9_]*)|\$([A-Za-z_][A-Za-z0-9_]*)|\$\("
+    r"`(.)|\$\{([^}]*)\}|\$(?i:env:)([A-Za-z_][A-Za-z0-9_]*)|\$([A-Za-z_][A-Za-z0-9_]*)|\$\("
 )
 _PS_ESC = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "`": "`", '"': '"', "$": "$"}
 
@@ -586,6 +586,23 @@ class _Ps:
 
     def _assign(self, name: str, value: list[_PsTok]) -> None:
         low = name.lower()
+        if value and value[0].kind == "word" and value[0].text.lower() == "join-path":
+            # `Join-Path $Root 'bin\llama-server.exe'`: the parts joined with a backslash
+            parts = self.values(
+                [t for t in value[1:] if not (t.kind == "word" and t.text.startswith("-"))]
+            )
+            if parts:
+                text = "\\".join(p.text.rstrip("\\/") for p in parts)
+                self.vars[low] = Token(text, parts[0].line, any(p.unknown for p in parts))
+            return
+        if (
+            value
+            and value[0].kind == "word"
+            and re.fullmatch(r"[A-Za-z]+-[A-Za-z]+", value[0].text)
+        ):
+            # the output of another cmdlet (`Split-Path -Parent ...`): not known here
+            self.vars[low] = Token("$" + name, value[0].line, True)
+            return
         vals = self.values([t for t in value if not (t.kind == "op" and t.text in (",", "(", ")"))])
         is_array = (
             len(vals) != 1
