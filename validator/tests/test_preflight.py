@@ -331,3 +331,14 @@ def test_the_action_plugin_runs_in_a_real_playbook(tmp_path: Path) -> None:
     out, out_client, _ = run()
     assert not out.get("failed") and out["config"].endswith(".llamafleet.yaml")
     assert not out_client.get("failed") and out_client["refused"] is False
+
+
+def test_a_roles_check_never_says_a_file_was_not_opened() -> None:
+    """A role hands over every file it has (LF003 is for the command line): a unit naming a
+    chat template that was not handed over gets no LF003 notice."""
+    unit = (
+        "[Service]\nUser=llama\nExecStart=/usr/bin/llama-server -m /srv/q.gguf --jinja "
+        "--chat-template-file /etc/llamafleet/templates/main.jinja\n"
+    )
+    (checked,) = check_items([{"name": "main", "texts": [{"path": "main.service", "text": unit}]}])
+    assert "LF003" not in {f["id"] for f in checked.findings}, checked.findings

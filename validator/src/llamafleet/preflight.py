@@ -143,13 +143,13 @@ def _check_item(item: Any, config: Any, fail_on: str) -> Checked:
     """One item of check_items: its texts checked together, in memory."""
     from llamafleet.engine import Inputs, add_file, exit_code, run
     from llamafleet.facts import apply_facts
-    from llamafleet.refs import NEVER, ReferencedFiles
+    from llamafleet.refs import ReferencedFiles
 
     name, texts, settings, facts_map = _item_parts(item)
     files = _texts_of(name, item.get("files"), "files")
     path = str(item.get("path") or name)
     # the files the texts name (a key, a chat template): read from memory, nothing from disk
-    inputs = Inputs(referenced=ReferencedFiles(contents=files) if files else NEVER)
+    inputs = Inputs(referenced=ReferencedFiles(contents=files or None, complete=True))
     try:
         facts = apply_facts(facts_map, source=f"facts of {name}")
         for where, text, kind in texts:

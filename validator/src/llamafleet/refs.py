@@ -80,6 +80,9 @@ class ReferencedFiles:
     #: texts handed over in memory, by the exact path an input names (an Ansible role passes the
     #: files it is about to write beside a unit, e.g. its chat template): read before any disk
     contents: Mapping[str, str] | None = field(default=None, hash=False, compare=False)
+    #: the caller handed over every file it has (an Ansible role's check): nothing is left
+    #: unopened to tell the user about (LF003)
+    complete: bool = False
 
     def __post_init__(self) -> None:
         if self.directory is not None and self.as_named:

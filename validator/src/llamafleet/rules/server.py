@@ -529,3 +529,28 @@ def chat_template_drops_late_system(ctx: Context) -> Iterator[Hit]:
 def chat_template_unrenderable(ctx: Context) -> Iterator[Hit]:
     for cfg, source, result in _late_system(ctx, ("unrenderable",)):
         yield Hit(cfg.path, source.line, {"origin": source.origin, "reason": result.detail})
+
+
+@rule("LF003")
+def referenced_file_not_read(ctx: Context) -> Iterator[Hit]:
+    """Once per server command: the named files its checks need, when the run opens none."""
+    if ctx.referenced.enabled or ctx.referenced.complete:
+        return
+    for cfg in ctx.all_servers:
+        named: list[tuple[str, str, int]] = []
+        template = cfg.get("--chat-template-file")
+        if template is not None and template.value and not template.unknown:
+            named.append((f"--chat-template-file {template.value}", "LS021/LS023", template.line))
+        key = cfg.get("--api-key-file")
+        if key is not None and key.value and not key.unknown and ctx.clients:
+            named.append((f"--api-key-file {key.value}", "XC002", key.line))
+        if named:
+            what = ", ".join(sorted({n[1] for n in named}))
+            yield Hit(
+                cfg.path,
+                named[0][2],
+                {
+                    "files": "; ".join(n[0] for n in named),
+                    "what": f"{what} {'is' if '/' not in what and ',' not in what else 'are'}",
+                },
+            )
