@@ -57,62 +57,39 @@ FRESH_XFAIL: dict[str, str] = {
 #: The fresh sample's totals when its ratchet was last raised (first score: 86.9 % / 79.1 %).
 FRESH_RATCHET = {"cases": 30, "tp": 65, "precision": 0.985, "recall": 0.970, "crashes": 0}
 
+#: each corpus: its folder, its xfails and its ratchet
+CORPORA = {
+    "corpus": (corpus.CORPUS, XFAIL, RATCHET),
+    "fresh": (FRESH, FRESH_XFAIL, FRESH_RATCHET),
+}
+
 
 @cache
-def _outcomes() -> dict[str, Any]:
-    return {o.case.name: o for o in (corpus.score(c) for c in corpus.load_cases())}
-
-
-@cache
-def _fresh_outcomes() -> dict[str, Any]:
-    return {o.case.name: o for o in (corpus.score(c) for c in corpus.load_cases(corpus=FRESH))}
-
-
-def _fresh_params() -> list[object]:
-    out: list[object] = []
-    for case in corpus.load_cases(corpus=FRESH):
-        reason = FRESH_XFAIL.get(case.name)
-        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-        out.append(pytest.param(case.name, marks=marks, id=case.name))
-    return out
-
-
-@pytest.mark.parametrize("name", _fresh_params())
-def test_fresh_case(name: str) -> None:
-    o = _fresh_outcomes()[name]
-    assert o.crash is None, f"{name}: {o.crash}"
-    missed = [e.label() for e in o.fn]
-    forbidden = [r.label() for r in o.forbidden]
-    assert not missed, f"{name}: expected findings not reported: {missed}"
-    assert not forbidden, f"{name}: reported findings the case rules out: {forbidden}"
-
-
-def test_fresh_totals_ratchet() -> None:
-    t = corpus.totals(list(_fresh_outcomes().values()))
-    assert t.cases >= FRESH_RATCHET["cases"]
-    assert t.tp >= FRESH_RATCHET["tp"], t.as_dict()
-    assert round(t.precision, 3) >= FRESH_RATCHET["precision"], t.as_dict()
-    assert round(t.recall, 3) >= FRESH_RATCHET["recall"], t.as_dict()
-    assert t.crashes <= FRESH_RATCHET["crashes"], t.as_dict()
+def _outcomes(which: str = "corpus") -> dict[str, Any]:
+    cases = corpus.load_cases(corpus=CORPORA[which][0])
+    return {o.case.name: o for o in (corpus.score(c) for c in cases)}
 
 
 def _params() -> list[object]:
     out: list[object] = []
-    for case in corpus.load_cases():
-        reason = XFAIL.get(case.name)
-        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-        out.append(pytest.param(case.name, marks=marks, id=case.name))
+    for which, (folder, xfail, _) in CORPORA.items():
+        for case in corpus.load_cases(corpus=folder):
+            reason = xfail.get(case.name)
+            marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+            out.append(pytest.param(which, case.name, marks=marks, id=f"{which}-{case.name}"))
     return out
 
 
-def test_xfail_names_are_cases() -> None:
-    names = {c.name for c in corpus.load_cases()}
-    assert set(XFAIL) <= names, sorted(set(XFAIL) - names)
+@pytest.mark.parametrize("which", sorted(CORPORA))
+def test_xfail_names_are_cases(which: str) -> None:
+    folder, xfail, _ = CORPORA[which]
+    names = {c.name for c in corpus.load_cases(corpus=folder)}
+    assert set(xfail) <= names, sorted(set(xfail) - names)
 
 
-@pytest.mark.parametrize("name", _params())
-def test_case(name: str) -> None:
-    o = _outcomes()[name]
+@pytest.mark.parametrize(("which", "name"), _params())
+def test_case(which: str, name: str) -> None:
+    o = _outcomes(which)[name]
     assert o.crash is None, f"{name}: {o.crash}"
     missed = [e.label() for e in o.fn]
     forbidden = [r.label() for r in o.forbidden]
@@ -120,10 +97,13 @@ def test_case(name: str) -> None:
     assert not forbidden, f"{name}: reported findings the case rules out: {forbidden}"
 
 
-def test_totals_ratchet() -> None:
-    t = corpus.totals(list(_outcomes().values()))
-    assert t.cases >= RATCHET["cases"] >= 45
-    assert t.tp >= RATCHET["tp"], t.as_dict()
-    assert t.precision >= RATCHET["precision"], t.as_dict()
-    assert t.recall >= RATCHET["recall"], t.as_dict()
-    assert t.crashes <= RATCHET["crashes"], t.as_dict()
+@pytest.mark.parametrize("which", sorted(CORPORA))
+def test_totals_ratchet(which: str) -> None:
+    ratchet = CORPORA[which][2]
+    assert RATCHET["cases"] >= 45
+    t = corpus.totals(list(_outcomes(which).values()))
+    assert t.cases >= ratchet["cases"]
+    assert t.tp >= ratchet["tp"], t.as_dict()
+    assert round(t.precision, 3) >= ratchet["precision"], t.as_dict()
+    assert round(t.recall, 3) >= ratchet["recall"], t.as_dict()
+    assert t.crashes <= ratchet["crashes"], t.as_dict()

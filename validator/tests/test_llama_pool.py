@@ -543,87 +543,18 @@ def test_the_drop_in_hardens_and_lets_in_clients_and_backends(pool: ModuleType) 
 def test_the_backend_name_goes_only_to_requests_with_the_key(
     pool: ModuleType, tmp_path: Path
 ) -> None:
-    """The real HAProxy on loopback with the rendered configuration (plain http here) in front of
-    one local HTTP server standing in for llama-server (it answers /health and /v1/models as
-    llama-server does without a key): an answer to a client without the pool key carries no
-    X-Llamafleet-Backend; one to a client with it names the backend."""
-    import http.server
-    import socket
-    import threading
-    import time
-    import urllib.error
-    import urllib.request
-
-    haproxy = tool("haproxy")
-
-    class Backend(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = b'{"status":"ok"}' if self.path == "/health" else b'{"data":[]}'
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Backend)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        front = s.getsockname()[1]
-    backends = [
-        {
-            "name": "gpu1",
-            "address": "127.0.0.1",
-            "port": srv.server_address[1],
-            "id": 1,
-            "tls": False,
-            "verifyhost": "",
-        }
-    ]
-    text = _render(
-        pool,
-        "haproxy.cfg.j2",
-        _llama_pool_tls=False,
-        _llama_pool_bind_address=f"127.0.0.1:{front}",
-        _llama_pool_backends=backends,
-        llama_pool_stats_socket=str(tmp_path / "s"),
-        _llama_pool_backend_key_map=str(tmp_path / "backend-key.map"),
-    )
-    (tmp_path / "backend-key.map").write_text(f"pool {HELD}\n")
-    lines = [x for x in text.splitlines() if x.split()[:1] not in (["chroot"], ["user"], ["group"])]
-    (tmp_path / "haproxy.cfg").write_text("\n".join(lines) + "\n")
-    proc = subprocess.Popen(
-        [haproxy, "-db", "-f", str(tmp_path / "haproxy.cfg")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-
-    def backend_header(key: str) -> str | None:
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        req = urllib.request.Request(f"http://127.0.0.1:{front}/v1/models", headers=headers)
-        with urllib.request.urlopen(req, timeout=5) as r:
-            value: str | None = r.headers.get("X-Llamafleet-Backend")
-            return value
-
+    """The real HAProxy in front of stand-in backends (_LoopbackPool; they answer what
+    llama-server answers /v1/models without a key): an answer to a client without an accepted key
+    carries no X-Llamafleet-Backend; one to a client with the pool key names the backend."""
+    lp = _LoopbackPool(pool, tmp_path)
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with_key = backend_header(HELD)
-                break
-            except (urllib.error.URLError, ConnectionError):
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.2)
-        assert with_key == "gpu1"
-        assert backend_header("") is None
-        assert backend_header("not-the-pool-key") is None
+        lp.start([])
+        status, backend = lp.ask(HELD, "", path="/v1/models")
+        assert status == 200 and backend in ("gpu1", "gpu2", "gpu3")
+        assert lp.ask("", "", path="/v1/models") == (200, None)
+        assert lp.ask("not-the-pool-key", "", path="/v1/models") == (200, None)
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        srv.shutdown()
+        lp.close()
 
 
 # ----------------------------------------------------------------------------- users' own keys
@@ -763,16 +694,17 @@ class _LoopbackPool:
                     raise
                 time.sleep(0.2)
 
-    def ask(self, key: str, session: str, header: str = "Authorization") -> tuple[int, str | None]:
-        """(status, X-Llamafleet-Backend) of a request with ``key`` in ``header``."""
+    def ask(
+        self, key: str, session: str, header: str = "Authorization", path: str = "/v1/messages"
+    ) -> tuple[int, str | None]:
+        """(status, X-Llamafleet-Backend) of a request with ``key`` in ``header`` (none: "")."""
         import urllib.error
         import urllib.request
 
-        value = f"Bearer {key}" if header == "Authorization" else key
-        req = urllib.request.Request(
-            f"http://127.0.0.1:{self.front}/v1/messages",
-            headers={header: value, "X-Claude-Code-Session-Id": session},
-        )
+        headers = {header: f"Bearer {key}" if header == "Authorization" else key} if key else {}
+        if session:
+            headers["X-Claude-Code-Session-Id"] = session
+        req = urllib.request.Request(f"http://127.0.0.1:{self.front}{path}", headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=5) as r:
                 return r.status, r.headers.get("X-Llamafleet-Backend")

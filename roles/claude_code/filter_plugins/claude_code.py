@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -542,10 +541,6 @@ def _haproxy_text(haproxy: Any, pool: str) -> str | None:
     return None
 
 
-#: HAProxy's ``"Bearer %[str(NAME),map(FILE)]"``: the key the llama_pool role's pool sends on
-_SENT_KEY_MAP = re.compile(r"%\[str\(([^)]*)\),map\(([^),]+)\)\]")
-
-
 def _pool_item(
     item: dict[str, Any],
     target: Mapping[str, Any],
@@ -564,7 +559,10 @@ def _pool_item(
     files: dict[str, str] = {}
     # the key the pool sends the backends in place of the user's, from its map file on the pool
     # host: the pool key as the backends hold it (the first one's, as the llama_pool role writes it)
-    sent = _SENT_KEY_MAP.search(cfg)
+    # HAProxy's "Bearer %[str(NAME),map(FILE)]", as the validator's reader finds it
+    from llamafleet.readers.haproxy import SENT_KEY_MAP
+
+    sent = SENT_KEY_MAP.search(cfg)
     pool_key = str(keys.get(f"pool-key:{pool}") or "")
     if sent and target.get("pool_key") and pool_key:
         where = f"{pool}:{sent[2]}"

@@ -33,5 +33,7 @@ def user_key(pool_key: str, client: str) -> str:
 
 
 def digest(key: str) -> str:
-    """A key's SHA-256 as HAProxy's ``sha2(256),hex`` writes it (upper-case hex)."""
-    return hashlib.sha256(str(key).strip().encode()).hexdigest().upper()
+    """A key's SHA-256 as HAProxy's ``sha2(256),hex`` writes it (readers.haproxy.key_digest)."""
+    from llamafleet.readers.haproxy import key_digest
+
+    return key_digest(str(key).strip())

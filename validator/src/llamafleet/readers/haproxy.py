@@ -56,7 +56,7 @@ NOT_AFFINE = frozenset({"roundrobin", "static-rr", "leastconn", "first", "random
 _NOT_TCP = ("unix@", "abns@", "abnsz@", "fd@", "sockpair@", "udp@", "udp4@", "udp6@", "uxst@")
 _TCP = ("ipv4@", "ipv6@", "tcp@", "tcp4@", "tcp6@", "quic4@", "quic6@")
 #: the key an ``http-request set-header Authorization "Bearer %[str(NAME),map(FILE)]"`` sends
-_SENT_KEY_MAP = re.compile(r"%\[str\(([^)]*)\),map\(([^),]+)\)\]")
+SENT_KEY_MAP = re.compile(r"%\[str\(([^)]*)\),map\(([^),]+)\)\]")
 _DIGEST_FETCH = re.compile(r",sha2\(256\),hex(?:,|$)", re.I)
 
 
@@ -633,7 +633,7 @@ class _Reader:
                 and words[2].lower() == "authorization"
             ):
                 proxy.sets_key = True
-                found_map = _SENT_KEY_MAP.search(" ".join(words[3:]))
+                found_map = SENT_KEY_MAP.search(" ".join(words[3:]))
                 proxy.sent_key_map = (found_map[2], found_map[1]) if found_map else None
             proxy.key_acls.extend(_inline_acls(ln))
             self.used_words.update(w.lstrip("!") for w in words[1:])
