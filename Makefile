@@ -21,7 +21,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 TESTHOST := testbed/testhost.sh
 
-.PHONY: help bootstrap site site-down test test-quick test-phases lint unit molecule bench clean \
+.PHONY: help bootstrap collection site site-down test test-quick test-phases lint unit molecule bench clean \
 	fleet-sim fleet-sim-ci images ph-lint ph-unit ph-images ph-default ph-cuda ph-claude ph-pool \
 	ph-fleet ph-fleet-sim
 
@@ -36,7 +36,17 @@ $(VENV)/.stamp: validator/pyproject.toml requirements-dev.txt
 	$(BIN)/pip install --quiet -e './validator[test]'
 	touch $@
 
-bootstrap: $(VENV)/.stamp
+# This checkout installed as the llamafleet.fleet collection (ansible.cfg's collections_path), the
+# way a team installs it: again whenever one of its files changes.
+COLLECTION_DIR := .ansible/collections/ansible_collections/llamafleet/fleet
+COLLECTION_FILES := $(shell git ls-files galaxy.yml meta roles playbooks plugins README.md 2>/dev/null)
+$(COLLECTION_DIR)/MANIFEST.json: $(VENV)/.stamp $(COLLECTION_FILES)
+	$(BIN)/ansible-galaxy collection install --force --no-deps -p .ansible/collections . >/dev/null
+	touch $@
+
+collection: $(COLLECTION_DIR)/MANIFEST.json
+
+bootstrap: $(VENV)/.stamp collection
 	$(TESTHOST) deps
 
 # ---------------------------------------------------------------- main job
@@ -131,8 +141,8 @@ ph-fleet-sim:
 
 lint: $(VENV)/.stamp
 	# the Python of the roles (modules, plugins), the playbooks and the test tooling too
-	(cd validator && $(BIN)/ruff check src tests tools ../roles ../playbooks ../testbed \
-	  && $(BIN)/ruff format --check src tests tools ../roles ../playbooks ../testbed)
+	(cd validator && $(BIN)/ruff check src tests tools ../roles ../plugins ../testbed \
+	  && $(BIN)/ruff format --check src tests tools ../roles ../plugins ../testbed)
 	# mypy: the same files (validator/pyproject.toml names them); the rule pages are generated
 	(cd validator && $(BIN)/mypy && $(BIN)/python tools/gen_docs.py --check)
 	$(BIN)/yamllint -s .

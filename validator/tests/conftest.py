@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import atexit
+import importlib
 import importlib.util
 import io
 import json
@@ -71,29 +73,61 @@ def cli() -> Any:
     return run_cli
 
 
-def role_module_utils(role: Path) -> None:
-    """Make a role's module_utils importable as ``ansible.module_utils.NAME``, where Ansible finds
-    them for the role's own modules."""
-    pytest.importorskip("ansible")
-    import ansible.module_utils
+REPO = Path(__file__).resolve().parents[2]
+#: the collection's plugins (modules, action plugins, filters, module_utils)
+PLUGINS = REPO / "plugins"
+COLLECTION = "ansible_collections.llamafleet.fleet"
 
-    utils = str(role / "module_utils")
-    if utils not in ansible.module_utils.__path__:
-        ansible.module_utils.__path__.append(utils)
+
+def _collection_root() -> Path:
+    """A directory holding ``ansible_collections/llamafleet/fleet``, a link to this checkout, so
+    that the plugins under test import each other (and Ansible finds them by FQCN) from the
+    checkout itself, not from an installed copy. Made once per test run; every ansible-playbook a
+    test starts inherits it through ANSIBLE_COLLECTIONS_PATH."""
+    root = Path(tempfile.mkdtemp(prefix="lf-collections-"))
+    (root / "ansible_collections" / "llamafleet").mkdir(parents=True)
+    (root / "ansible_collections" / "llamafleet" / "fleet").symlink_to(REPO)
+    atexit.register(shutil.rmtree, root, True)
+    return root
+
+
+COLLECTIONS_ROOT = _collection_root()
+os.environ["ANSIBLE_COLLECTIONS_PATH"] = str(COLLECTIONS_ROOT)
+sys.path.insert(0, str(COLLECTIONS_ROOT))
+
+
+def plugin_path(kind: str, name: str) -> Path:
+    """The file of one of the collection's plugins: kind is modules, action, filter or
+    module_utils."""
+    return PLUGINS / kind / f"{name}.py"
 
 
 def load_ansible_plugin(path: Path) -> ModuleType:
-    """Import a module or plugin file of the repository's roles or playbooks by its path (they
-    import Ansible, so the test is skipped without it). A role module's module_utils are found as
-    Ansible finds them."""
+    """Import a plugin file of the collection by its FQCN module name (so that its module_utils
+    and every other test see one and the same module), or any other file by its path (they import
+    Ansible, so the test is skipped without it)."""
     pytest.importorskip("ansible")
-    if path.parent.name == "library" and (path.parent.parent / "module_utils").is_dir():
-        role_module_utils(path.parent.parent)
+    path = path.resolve()
+    if path.is_relative_to(PLUGINS):
+        rel = path.relative_to(REPO).with_suffix("")
+        return importlib.import_module(".".join((COLLECTION, *rel.parts)))
     spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def fqcn_filters(plugin: ModuleType) -> dict[str, Any]:
+    """A filter plugin's filters by the names templates use: llamafleet.fleet.NAME."""
+    filters: dict[str, Any] = plugin.FilterModule().filters()
+    return {f"llamafleet.fleet.{name}": f for name, f in filters.items()}
+
+
+def module_utils(name: str) -> ModuleType:
+    """One of the collection's module_utils, as its modules import it."""
+    pytest.importorskip("ansible")
+    return importlib.import_module(f"{COLLECTION}.plugins.module_utils.{name}")
 
 
 @pytest.fixture
@@ -177,13 +211,7 @@ class ModelServer:
 @pytest.fixture(scope="module")
 def server_filters() -> ModuleType:
     """The llama_server role's filter plugin (the unit renderer and its value checks)."""
-    return load_ansible_plugin(
-        Path(__file__).resolve().parents[2]
-        / "roles"
-        / "llama_server"
-        / "filter_plugins"
-        / "llamafleet.py"
-    )
+    return load_ansible_plugin(plugin_path("filter", "llama_server"))
 
 
 @pytest.fixture(scope="module")
@@ -196,20 +224,15 @@ def filter_error() -> type[Exception]:
     return error
 
 
-REPO = Path(__file__).resolve().parents[2]
-
-
 def run_playbook(
     tmp_path: Path, play: str, *extra: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """The real ansible-playbook on localhost: `play` (dedented) as tmp_path/play.yml, run in
-    tmp_path with the llamafleet_common role's modules and action plugins and the repository's
-    roles (tmp_path/roles first); `env` adds to or replaces that environment."""
-    common = REPO / "roles" / "llamafleet_common"
+    tmp_path with this checkout as the llamafleet.fleet collection and its roles (tmp_path/roles
+    first); `env` adds to or replaces that environment."""
     (tmp_path / "play.yml").write_text(textwrap.dedent(play))
     full = {
-        "ANSIBLE_LIBRARY": str(common / "library"),
-        "ANSIBLE_ACTION_PLUGINS": str(common / "action_plugins"),
+        "ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS_ROOT),
         "ANSIBLE_ROLES_PATH": f"{tmp_path / 'roles'}:{REPO / 'roles'}",
         "ANSIBLE_LOCALHOST_WARNING": "false",
         "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",

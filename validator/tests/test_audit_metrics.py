@@ -1,4 +1,4 @@
-"""The audit's Prometheus part (playbooks/filter_plugins/llamafleet_metrics.py): every query it
+"""The audit's Prometheus part (plugins/filter/llamafleet_metrics.py): every query it
 sends is evaluated by the real promtool (Debian's 2.42, as the monitoring role installs it) on
 24 hours of series shaped like the monitoring role's (mtail's counters, llama-server's own,
 up), and the report rows are made from the answers as the Prometheus HTTP API returns them."""
@@ -13,11 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import load_ansible_plugin, tool
+from conftest import REPO, load_ansible_plugin, plugin_path, tool
 
-PLUGIN = (
-    Path(__file__).resolve().parents[2] / "playbooks" / "filter_plugins" / "llamafleet_metrics.py"
-)
+PLUGIN = plugin_path("filter", "llamafleet_metrics")
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +189,7 @@ def test_a_bad_listen_address_is_refused(metrics: ModuleType) -> None:
 
 def test_the_report_shows_the_cache_and_marks_an_instance_below(metrics: ModuleType) -> None:
     jinja2 = pytest.importorskip("jinja2")
-    template_path = PLUGIN.parents[1] / "templates" / "fleet-audit.md.j2"
+    template_path = REPO / "playbooks" / "templates" / "fleet-audit.md.j2"
     env = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined)
     answers = [
         {

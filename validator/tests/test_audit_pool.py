@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from conftest import load_ansible_plugin
+from conftest import load_ansible_plugin, plugin_path
 
 PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
-FLEET = PLAYBOOKS / "filter_plugins" / "llamafleet_fleet.py"
+FLEET = plugin_path("filter", "llamafleet_fleet")
 TEMPLATE = PLAYBOOKS / "templates" / "fleet-audit.md.j2"
 
 pytestmark = pytest.mark.skipif(

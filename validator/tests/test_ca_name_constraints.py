@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import load_ansible_plugin
+from conftest import load_ansible_plugin, plugin_path
 
 REPO = Path(__file__).resolve().parents[2]
-COMMON = REPO / "roles" / "llamafleet_common" / "filter_plugins" / "llamafleet_common.py"
+COMMON = plugin_path("filter", "llamafleet_common")
 TLS_TASKS = {
     "llama_server": REPO / "roles" / "llama_server" / "tasks" / "tls.yml",
     "llama_pool": REPO / "roles" / "llama_pool" / "tasks" / "tls.yml",
@@ -135,7 +135,7 @@ def pki(common: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
     _key(d / "ca.key")
     nc_expr = (
         "{{ _llama_server_tls_instances | map(attribute='tls_sans')"
-        " | llamafleet_name_constraints }}"
+        " | llamafleet.fleet.llamafleet_name_constraints }}"
     )
     values = {
         "{{ llama_server_tls_dir }}": str(d),

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from conftest import CliResult, run_cli
+from conftest import CliResult, plugin_path, run_cli
 from llamafleet import chat_template as ct
 from llamafleet import template_cli
 from llamafleet.argv import parse_argv_string, parse_mapping
@@ -991,9 +991,7 @@ def test_the_llama_server_filter_fixes_the_real_qwen35_template_and_the_prefligh
     from conftest import load_ansible_plugin
     from llamafleet.preflight import check_items
 
-    f = load_ansible_plugin(
-        REPO / "roles" / "llama_server" / "filter_plugins" / "llamafleet.py"
-    ).llamafleet_chat_template_fix
+    f = load_ansible_plugin(plugin_path("filter", "llama_server")).llamafleet_chat_template_fix
     meta = {"tokenizer.chat_template": qwen35, "general.architecture": "qwen35moe"}
     out = f(meta, "main")
     assert (

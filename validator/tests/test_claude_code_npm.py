@@ -16,11 +16,9 @@ from typing import Any
 
 import pytest
 
-from conftest import load_ansible_plugin
+from conftest import load_ansible_plugin, plugin_path
 
-MODULE = (
-    Path(__file__).resolve().parents[2] / "roles" / "claude_code" / "library" / "claude_code_npm.py"
-)
+MODULE = plugin_path("modules", "claude_code_npm")
 PKG = "@anthropic-ai/claude-code"
 VERSION = "2.1.197"
 BINARY = b"\x7fELF fake native claude\n" * 1000

@@ -14,10 +14,10 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 
-from conftest import load_ansible_plugin
+from conftest import load_ansible_plugin, plugin_path
 
 REPO = Path(__file__).resolve().parents[2]
-PLUGIN = REPO / "roles" / "claude_code" / "filter_plugins" / "claude_code.py"
+PLUGIN = plugin_path("filter", "claude_code")
 POOL_DEFAULTS = REPO / "roles" / "llama_pool" / "defaults" / "main.yml"
 
 pytestmark = pytest.mark.skipif(
@@ -441,7 +441,7 @@ POOL_DEFAULTS_DATA: dict[str, Any] = yaml.safe_load(POOL_DEFAULTS.read_text())
 
 @pytest.fixture(scope="module")
 def pool_filters() -> ModuleType:
-    return load_ansible_plugin(REPO / "roles" / "llama_pool" / "filter_plugins" / "llama_pool.py")
+    return load_ansible_plugin(plugin_path("filter", "llama_pool"))
 
 
 def test_what_the_role_writes_for_a_pool_user_checks_clean(

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conftest import FIXTURES, load_ansible_plugin, run_cli
+from conftest import FIXTURES, load_ansible_plugin, plugin_path, run_cli
 from llamafleet import planner
 from llamafleet.argv import parse_argv_list
 from llamafleet.gguf_meta import ModelFacts, load_model_meta
@@ -23,13 +23,7 @@ from llamafleet.rules.cross import (
     window_for_slot,
 )
 
-PLUGIN = (
-    Path(__file__).resolve().parents[2]
-    / "roles"
-    / "claude_code"
-    / "filter_plugins"
-    / "claude_code.py"
-)
+PLUGIN = plugin_path("filter", "claude_code")
 QWEN36 = FIXTURES / "models" / "qwen3.6-35b-a3b-ud-iq3_s.json"
 
 pytestmark = pytest.mark.skipif(

@@ -27,11 +27,9 @@ from typing import Any
 
 import pytest
 
-from conftest import load_ansible_plugin
+from conftest import load_ansible_plugin, plugin_path
 
-MODULE = (
-    Path(__file__).resolve().parents[2] / "roles" / "claude_code" / "library" / "claude_settings.py"
-)
+MODULE = plugin_path("modules", "claude_settings")
 UID = 64123  # no account: nothing on the machine belongs to it
 GID = 64123
 NAME = "eve"

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import load_ansible_plugin
+from conftest import load_ansible_plugin, plugin_path
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "cuda_toolkit"
 NVIDIA = "EB693B3035CD5710E231E123A4B469963BF863CC"
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(not shutil.which("gpg"), reason="needs gpg to ma
 
 @pytest.fixture(scope="module")
 def mod() -> ModuleType:
-    return load_ansible_plugin(ROLE / "library" / "cuda_repo_key.py")
+    return load_ansible_plugin(plugin_path("modules", "cuda_repo_key"))
 
 
 def gpg(home: Path, *args: str) -> bytes:

@@ -133,7 +133,9 @@ def test_service_task_uses_the_filter(server_filters: ModuleType) -> None:
     assert "llamafleet_exposure_score" in expr and "regex" not in expr
     env = NativeEnvironment()
     env.filters["combine"] = lambda a, b: {**a, **b}
-    env.filters["llamafleet_exposure_score"] = server_filters.llamafleet_exposure_score
+    env.filters["llamafleet.fleet.llamafleet_exposure_score"] = (
+        server_filters.llamafleet_exposure_score
+    )
     scores: dict[str, str] = {}
     for name, out in (
         ("x", f"{TABLE}\n→ Overall exposure level for llama-server-x.service: 1.2 OK :-)\n"),

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ModelServer, load_ansible_plugin
+from conftest import ModelServer, load_ansible_plugin, plugin_path
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "gguf_models"
 TOKEN = "Bearer hf_secret_token_value"
@@ -34,7 +34,7 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the modul
 
 @pytest.fixture(scope="module")
 def fetch_mod() -> ModuleType:
-    return load_ansible_plugin(ROLE / "library" / "gguf_fetch.py")
+    return load_ansible_plugin(plugin_path("modules", "gguf_fetch"))
 
 
 @pytest.fixture

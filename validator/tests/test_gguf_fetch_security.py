@@ -1,4 +1,5 @@
-"""The gguf_models role's modules (roles/gguf_models/library, module_utils) run as root under a
+"""The gguf_models role's modules (plugins/modules/gguf_*.py, plugins/module_utils/safefs.py) run
+as root under a
 model directory that the service account owned in earlier versions. These tests replay the
 attacks that account could mount and check that root never follows its links, never writes
 through its hard links, never blocks on its FIFOs, takes its directories over through their
@@ -10,7 +11,6 @@ unused uid (no account is created). They need root (chown)."""
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 import shutil
@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ModelServer, load_ansible_plugin
+from conftest import ModelServer, load_ansible_plugin, module_utils, plugin_path
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "gguf_models"
 UID = 64123  # the old owner (the service account of earlier versions)
@@ -37,7 +37,7 @@ pytestmark = [
 
 
 def _load(name: str) -> ModuleType:
-    return load_ansible_plugin(ROLE / "library" / f"{name}.py")
+    return load_ansible_plugin(plugin_path("modules", name))
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def meta_mod() -> ModuleType:
 
 @pytest.fixture(scope="module")
 def utils(meta_mod: ModuleType) -> ModuleType:
-    return importlib.import_module("ansible.module_utils.gguf_models_safefs")
+    return module_utils("safefs")
 
 
 def gguf_bytes(name: str = "tiny", pad: int = 256 * 1024) -> bytes:

@@ -17,14 +17,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import load_ansible_plugin
+from conftest import COLLECTION, COLLECTIONS_ROOT, load_ansible_plugin, plugin_path
 from llamafleet import gguf_meta
 from llamafleet.gguf_meta import GGUFError, inspect_gguf, read_gguf
 from llamafleet.planner import tensor_bytes
 
-MODULE = (
-    Path(__file__).resolve().parents[2] / "roles" / "gguf_models" / "library" / "gguf_metadata.py"
-)
+MODULE = plugin_path("modules", "gguf_metadata")
+GGUF_MODULE = "plugins.modules.gguf_metadata"
 
 
 def _module() -> ModuleType:
@@ -254,14 +253,11 @@ def test_crafted_header_is_refused_naming_file_key_and_limit(
 #: Run in a child process: read one file with one reader; print the outcome, the seconds and the
 #: peak memory (resident set) the reading added.
 _MEASURE = r"""
-import importlib.util, json, resource, sys, time
+import importlib, json, resource, sys, time
 reader, path, module, utils = sys.argv[1:5]
 if reader == "gguf_metadata module":
-    import ansible.module_utils
-    ansible.module_utils.__path__.append(utils)
-    spec = importlib.util.spec_from_file_location("gguf_metadata", module)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    sys.path.insert(0, utils)
+    mod = importlib.import_module(module)
     read, error = mod.read_header, ValueError
 else:
     from llamafleet import gguf_meta
@@ -282,14 +278,22 @@ print(json.dumps({"outcome": outcome, "seconds": seconds, "mib": grown}))
 def _measure(reader: str, path: Path) -> dict[str, Any]:
     if reader == "gguf_metadata module":
         pytest.importorskip("ansible")
-    utils = MODULE.parent.parent / "module_utils"
+    utils = COLLECTIONS_ROOT
     src = str(Path(gguf_meta.__file__).resolve().parents[1])
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
     }
     proc = subprocess.run(
-        [sys.executable, "-c", _MEASURE, reader, str(path), str(MODULE), str(utils)],
+        [
+            sys.executable,
+            "-c",
+            _MEASURE,
+            reader,
+            str(path),
+            COLLECTION + ".plugins.modules.gguf_metadata",
+            str(utils),
+        ],
         capture_output=True,
         text=True,
         timeout=120,

@@ -9,20 +9,13 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from conftest import load_ansible_plugin
+from conftest import load_ansible_plugin, plugin_path
 
-MODULE = (
-    Path(__file__).resolve().parents[2]
-    / "roles"
-    / "llamafleet_common"
-    / "library"
-    / "llamafleet_ip_filter.py"
-)
+MODULE = plugin_path("modules", "llamafleet_ip_filter")
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The llama_cpp role's repository checks (roles/llama_cpp/filter_plugins/llama_cpp_repo.py):
+"""The llama_cpp role's repository checks (plugins/filter/llama_cpp_repo.py):
 which transports are accepted, that credentials in the URL are refused (and never echoed), how
 an old .git/config URL is scrubbed, and the git configuration that carries a token."""
 
@@ -10,15 +10,9 @@ from typing import Any
 
 import pytest
 
-from conftest import load_ansible_plugin
+from conftest import load_ansible_plugin, plugin_path
 
-PLUGIN = (
-    Path(__file__).resolve().parents[2]
-    / "roles"
-    / "llama_cpp"
-    / "filter_plugins"
-    / "llama_cpp_repo.py"
-)
+PLUGIN = plugin_path("filter", "llama_cpp_repo")
 
 pytestmark = pytest.mark.skipif(
     not PLUGIN.is_file(), reason="run from a checkout of the whole repository"

@@ -1,4 +1,4 @@
-"""The llama_cpp role's archive handling (roles/llama_cpp/module_utils/llama_cpp_safetar.py): a
+"""The llama_cpp role's archive handling (plugins/module_utils/safetar.py): a
 shipped build is installed only when its sha256 equals the controller's record and every member
 is a plain file or directory below the build's own directory; the binaries of a build tree come
 as a tar stream that may hold only the expected regular files; the controller's index records the
@@ -7,7 +7,6 @@ sha256 it computed itself and refuses build names and platform keys that are not
 from __future__ import annotations
 
 import hashlib
-import importlib
 import io
 import json
 import os
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import load_ansible_plugin, role_module_utils
+from conftest import load_ansible_plugin, module_utils, plugin_path
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "llama_cpp"
 NAME = "b9079-69d8e4be47-cpu-3f2a9c1d0e"
@@ -33,8 +32,7 @@ pytestmark = pytest.mark.skipif(
 
 def _utils() -> ModuleType:
     """The role's module_utils, found where Ansible finds a role's."""
-    role_module_utils(ROLE)
-    return importlib.import_module("ansible.module_utils.llama_cpp_safetar")
+    return module_utils("safetar")
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +42,7 @@ def st() -> ModuleType:
 
 def _module(name: str) -> ModuleType:
     _utils()
-    return load_ansible_plugin(ROLE / "library" / f"{name}.py")
+    return load_ansible_plugin(plugin_path("modules", name))
 
 
 def _info(

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import load_ansible_plugin, tool
+from conftest import fqcn_filters, load_ansible_plugin, plugin_path, tool
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "llama_pool"
@@ -29,7 +29,7 @@ POOL_DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
 
 @pytest.fixture(scope="module")
 def pool() -> ModuleType:
-    return load_ansible_plugin(ROLE / "filter_plugins" / "llama_pool.py")
+    return load_ansible_plugin(plugin_path("filter", "llama_pool"))
 
 
 def _settings(**over: Any) -> dict[str, Any]:
@@ -394,7 +394,7 @@ def test_the_exposure_score(pool: ModuleType) -> None:
 def _render(pool: ModuleType, template: str, **over: Any) -> str:
     jinja2 = pytest.importorskip("jinja2")
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True)
-    env.filters.update(pool.FilterModule().filters())
+    env.filters.update(fqcn_filters(pool))
     env.filters["bool"] = bool
     env.filters["int"] = int
     groups, hostvars = _inventory(3)

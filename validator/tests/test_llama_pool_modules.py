@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-LIBRARY = REPO / "roles" / "llama_pool" / "library"
+LIBRARY = REPO / "plugins" / "modules"
 
 #: HAProxy 2.6.12's header lines (show servers state, show stat)
 STATE_HEADER = (

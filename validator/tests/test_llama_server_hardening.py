@@ -13,15 +13,9 @@ from types import ModuleType
 import pytest
 from test_unit_template import _instance, render
 
-from conftest import load_ansible_plugin
+from conftest import load_ansible_plugin, plugin_path
 
-COMMON_FILTERS = (
-    Path(__file__).resolve().parents[2]
-    / "roles"
-    / "llamafleet_common"
-    / "filter_plugins"
-    / "llamafleet_common.py"
-)
+COMMON_FILTERS = plugin_path("filter", "llamafleet_common")
 
 
 @pytest.fixture(scope="module")

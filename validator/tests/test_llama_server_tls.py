@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 from test_unit_template import INJECTED, _findings, _instance, render
 
-from conftest import load_ansible_plugin
+from conftest import load_ansible_plugin, plugin_path
 from llamafleet.units import parse_unit
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "llama_server"
 COMMON = REPO / "roles" / "llamafleet_common"
-WAIT = COMMON / "library" / "llamafleet_wait.py"
-UNITS = REPO / "playbooks" / "filter_plugins" / "llamafleet_units.py"
+WAIT = plugin_path("modules", "llamafleet_wait")
+UNITS = plugin_path("filter", "llamafleet_units")
 TLS_DIR = "/etc/llamafleet/tls"
 
 
@@ -42,7 +42,7 @@ def _tls_vars(**over: Any) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def common_filters() -> ModuleType:
     """The llamafleet_common role's filters: TLS on/off and certificate names."""
-    return load_ansible_plugin(COMMON / "filter_plugins" / "llamafleet_common.py")
+    return load_ansible_plugin(plugin_path("filter", "llamafleet_common"))
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from conftest import load_ansible_plugin, playbook_results, run_cli, run_playbook
+from conftest import load_ansible_plugin, playbook_results, plugin_path, run_cli, run_playbook
 from llamafleet import planner
 from llamafleet.gguf_meta import load_model_meta
 from llamafleet.preflight import check_items, refusal
@@ -30,22 +30,22 @@ UPSTREAM_HELP = Path(__file__).parent / "fixtures" / "help" / "upstream-b1-0c1e5
 
 @pytest.fixture(scope="module")
 def gpu() -> ModuleType:
-    return load_ansible_plugin(COMMON / "library" / "llamafleet_gpu_facts.py")
+    return load_ansible_plugin(plugin_path("modules", "llamafleet_gpu_facts"))
 
 
 @pytest.fixture(scope="module")
 def filters() -> ModuleType:
-    return load_ansible_plugin(COMMON / "filter_plugins" / "llamafleet_common.py")
+    return load_ansible_plugin(plugin_path("filter", "llamafleet_common"))
 
 
 @pytest.fixture(scope="module")
 def plan() -> ModuleType:
-    return load_ansible_plugin(COMMON / "action_plugins" / "llamafleet_plan.py")
+    return load_ansible_plugin(plugin_path("action", "llamafleet_plan"))
 
 
 @pytest.fixture(scope="module")
 def claude() -> ModuleType:
-    return load_ansible_plugin(REPO / "roles" / "claude_code" / "filter_plugins" / "claude_code.py")
+    return load_ansible_plugin(plugin_path("filter", "claude_code"))
 
 
 # --- nvidia-smi's answer ----------------------------------------------------------------------
@@ -194,23 +194,23 @@ def test_module_on_stand_ins(tmp_path: Path) -> None:
           gather_facts: false
           tasks:
             - name: the cuda scenario's fake
-              llamafleet_gpu_facts:
+              llamafleet.fleet.llamafleet_gpu_facts:
                 nvidia_smi: {tmp_path / "scenario"}
               register: scenario
             - name: the fake without index and uuid
-              llamafleet_gpu_facts:
+              llamafleet.fleet.llamafleet_gpu_facts:
                 nvidia_smi: {tmp_path / "older"}
               register: older
             - name: no devices
-              llamafleet_gpu_facts:
+              llamafleet.fleet.llamafleet_gpu_facts:
                 nvidia_smi: {none}
               register: nodev
             - name: not installed
-              llamafleet_gpu_facts:
+              llamafleet.fleet.llamafleet_gpu_facts:
                 nvidia_smi: {tmp_path / "absent"}
               register: absent
             - name: installed but failing
-              llamafleet_gpu_facts:
+              llamafleet.fleet.llamafleet_gpu_facts:
                 nvidia_smi: {broken}
               register: failing
               ignore_errors: true
@@ -620,7 +620,7 @@ def test_check_compares_keys_in_memory(
 
 def test_the_check_plugin_has_no_checker_of_its_own() -> None:
     """The plugin calls the validator's check_items and refusal: one implementation of each."""
-    source = (COMMON / "action_plugins" / "llamafleet_check.py").read_text()
+    source = plugin_path("action", "llamafleet_check").read_text()
     assert "from llamafleet.preflight import PreflightError, check_items, refusal" in source
     for name in ("check_items", "refusal", "_check_item", "_settings_entry"):
         assert f"def {name}(" not in source, name
@@ -634,7 +634,7 @@ def test_every_role_depends_on_the_common_role() -> None:
             continue
         meta = yaml.safe_load((role / "meta" / "main.yml").read_text())
         deps = [d["role"] if isinstance(d, dict) else d for d in meta.get("dependencies") or []]
-        assert "llamafleet_common" in deps, role.name
+        assert "llamafleet.fleet.llamafleet_common" in deps, role.name
 
 
 def _tasks(tasks: Any) -> Any:
@@ -702,7 +702,6 @@ def test_the_llama_server_profile_plans_in_memory(plan: ModuleType, tmp_path: Pa
         """,
         "-e",
         "@vars.json",
-        env={"ANSIBLE_ACTION_PLUGINS": str(COMMON / "action_plugins")},
     )
     got = playbook_results(proc.stdout)
     assert "args" in got, proc.stdout[-3000:] + proc.stderr[-3000:]

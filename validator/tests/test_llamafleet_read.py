@@ -1,4 +1,4 @@
-"""The audit's reader (playbooks/library/llamafleet_read.py): files another account controls are
+"""The audit's reader (plugins/modules/llamafleet_read.py): files another account controls are
 read as that account, without following links, never blocking, never more than the cap.
 
 These tests run the module's functions directly on throwaway directories under tmp_path owned by an
@@ -16,9 +16,9 @@ from types import ModuleType
 
 import pytest
 
-from conftest import load_ansible_plugin
+from conftest import load_ansible_plugin, plugin_path
 
-MODULE = Path(__file__).resolve().parents[2] / "playbooks" / "library" / "llamafleet_read.py"
+MODULE = plugin_path("modules", "llamafleet_read")
 UID = 64123
 GID = 64123
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import load_ansible_plugin, tool
+from conftest import load_ansible_plugin, plugin_path, tool
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "monitoring"
@@ -50,7 +50,7 @@ PROM_SETTINGS = {
 
 @pytest.fixture(scope="module")
 def mon() -> ModuleType:
-    return load_ansible_plugin(ROLE / "filter_plugins" / "monitoring.py")
+    return load_ansible_plugin(plugin_path("filter", "monitoring"))
 
 
 def _inventory() -> tuple[dict[str, list[str]], dict[str, dict[str, Any]]]:

@@ -15,11 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import load_ansible_plugin
+from conftest import REPO, load_ansible_plugin, plugin_path
 
-PLUGIN = (
-    Path(__file__).resolve().parents[2] / "playbooks" / "filter_plugins" / "llamafleet_units.py"
-)
+PLUGIN = plugin_path("filter", "llamafleet_units")
 
 
 def _load() -> ModuleType:
@@ -77,7 +75,7 @@ def test_base_url_unset_or_broken_is_empty() -> None:
 # ---------------------------------------------------------------- llamafleet_fleet.py
 
 FLEET = PLUGIN.with_name("llamafleet_fleet.py")
-TEMPLATE = PLUGIN.parents[1] / "templates" / "fleet-audit.md.j2"
+TEMPLATE = REPO / "playbooks" / "templates" / "fleet-audit.md.j2"
 
 OPS_SETTINGS = json.dumps(
     {
@@ -638,19 +636,15 @@ def test_markdown_report_template() -> None:
 def test_role_defaults_are_the_roles_own(tmp_path: Path) -> None:
     """The playbooks read the roles' defaults instead of repeating them: the inventory's value
     when it sets one, else the role's own."""
-    repo = PLUGIN.parents[2]
+    repo = REPO
     defaults = _f("llamafleet_role_defaults")
-    got = defaults(["llama_cpp", "gguf_models"], str(repo / "playbooks"))
+    got = defaults(["llama_cpp", "gguf_models"])
     for role in ("llama_cpp", "gguf_models"):
         own = yaml.safe_load((repo / "roles" / role / "defaults" / "main.yml").read_text())
         literal = {k: v for k, v in own.items() if "{{" not in json.dumps(v)}
         assert {k: got[k] for k in literal} == literal
     # a default that is a template (facts, other variables) is left out, not handed over raw
     assert "llama_cpp_ccache_dir" not in got
-    # a role beside the playbook is found first, as Ansible finds it
-    beside = tmp_path / "roles" / "gguf_models" / "defaults"
-    beside.mkdir(parents=True)
-    (beside / "main.yml").write_text("gguf_models_dir: /data/models\n")
-    assert defaults(["gguf_models"], str(tmp_path))["gguf_models_dir"] == "/data/models"
-    with pytest.raises(Exception, match=r"role no_such_role: no defaults/main\.yml"):
-        defaults(["no_such_role"], str(tmp_path))
+    # only the collection's own roles: a role of the same name elsewhere is not what runs
+    with pytest.raises(Exception, match=r"role no_such_role: no .*defaults/main\.yml"):
+        defaults(["no_such_role"])

@@ -17,7 +17,7 @@ import yaml
 from test_llama_pool import HELD, POOL_DEFAULTS, ROLE, _render
 from test_unit_template import render as render_unit
 
-from conftest import load_ansible_plugin, run_cli
+from conftest import load_ansible_plugin, plugin_path, run_cli
 from llamafleet.preflight import check_items
 
 KEYS = "/etc/llamafleet/keys/main.keys"
@@ -29,7 +29,7 @@ SLOTS = {"gpu1": 204800, "gpu2": 131072, "gpu3": 163840}
 
 @pytest.fixture(scope="module")
 def pool() -> ModuleType:
-    return load_ansible_plugin(ROLE / "filter_plugins" / "llama_pool.py")
+    return load_ansible_plugin(plugin_path("filter", "llama_pool"))
 
 
 def _unit(server_filters: ModuleType, ctx_size: int, tls: bool = True) -> str:

@@ -270,7 +270,7 @@ def test_the_action_plugin_runs_in_a_real_playbook(tmp_path: Path) -> None:
               gather_facts: false
               tasks:
                 - name: check
-                  llamafleet_check:
+                  llamafleet.fleet.llamafleet_check:
                     what: instance
                     build: b9079-test
                     items:
@@ -284,7 +284,7 @@ def test_the_action_plugin_runs_in_a_real_playbook(tmp_path: Path) -> None:
                   register: out
                   ignore_errors: true
                 - name: check a client
-                  llamafleet_check:
+                  llamafleet.fleet.llamafleet_check:
                     what: the Claude Code settings of
                     items: [{json.dumps(client)}]
                     skip: [cc010]
@@ -292,7 +292,7 @@ def test_the_action_plugin_runs_in_a_real_playbook(tmp_path: Path) -> None:
                   register: out_client
                   ignore_errors: true
                 - name: a bad option
-                  llamafleet_check:
+                  llamafleet.fleet.llamafleet_check:
                     items: [{json.dumps(client)}]
                     written: perhaps
                   register: out_bad

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from conftest import FIXTURES, load_ansible_plugin, run_cli
+from conftest import FIXTURES, load_ansible_plugin, plugin_path, run_cli
 from llamafleet import planner
 from llamafleet.argv import parse_argv_list
 from llamafleet.engine import Inputs, add_file, run
@@ -276,7 +276,7 @@ def test_mmproj_size_only_as_the_policy_allows(tmp_path: Path) -> None:
 
 
 def test_playbook_filter_parses_without_opening(tmp_path: Path) -> None:
-    plugin = load_ansible_plugin(REPO / "playbooks" / "filter_plugins" / "llamafleet_units.py")
+    plugin = load_ansible_plugin(plugin_path("filter", "llamafleet_units"))
     env = tmp_path / "llama.env"
     env.write_text("PORT=9555\n")
     unit = f"[Service]\nEnvironmentFile={env}\nExecStart=/usr/bin/llama-server --port 9000\n"

@@ -36,7 +36,9 @@ def _all(path: Path) -> list[dict[str, Any]]:
 def test_rollout_hands_shipping_to_the_role() -> None:
     tasks = _all(ROLLOUT)
     includes = [
-        t for t in tasks if (t.get("ansible.builtin.include_role") or {}).get("name") == "llama_cpp"
+        t
+        for t in tasks
+        if (t.get("ansible.builtin.include_role") or {}).get("name") == "llamafleet.fleet.llama_cpp"
     ]
     # staged once per platform (built, or installed as shipped) before the preflight, then
     # converged in the canary-first play: every include ships through the role, never switches
@@ -54,11 +56,11 @@ def test_rollout_hands_shipping_to_the_role() -> None:
 def test_role_never_unarchives_and_verifies_before_unpacking() -> None:
     tasks = _all(BUILD)
     modules = [
-        next(k for k in t if k.startswith(("ansible.", "llama_cpp_")) or k == "block")
+        next(k for k in t if k.startswith(("ansible.", "llamafleet.fleet.")) or k == "block")
         for t in tasks
     ]
     assert "ansible.builtin.unarchive" not in modules
-    unpack = modules.index("llama_cpp_unpack")
+    unpack = modules.index("llamafleet.fleet.llama_cpp_unpack")
     copy_in = [
         i
         for i, t in enumerate(tasks)
@@ -66,9 +68,9 @@ def test_role_never_unarchives_and_verifies_before_unpacking() -> None:
         and "_llama_cpp_shipped.tarball" in str(t["ansible.builtin.copy"].get("src", ""))
     ]
     assert copy_in and copy_in[0] < unpack
-    args = tasks[unpack]["llama_cpp_unpack"]
+    args = tasks[unpack]["llamafleet.fleet.llama_cpp_unpack"]
     assert "_llama_cpp_shipped.entry.sha256" in args["sha256"]
     # the index is the controller's: run there, never with become
     for t in tasks:
-        if "llama_cpp_build_index" in t:
+        if "llamafleet.fleet.llama_cpp_build_index" in t:
             assert t["delegate_to"] == "localhost" and t["become"] is False

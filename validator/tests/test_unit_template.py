@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from conftest import fqcn_filters
 from llamafleet.engine import Inputs, add_file, run
 from llamafleet.units import parse_unit
 
@@ -50,7 +51,7 @@ def render(server_filters: ModuleType, inst: dict[str, Any], **role_vars: Any) -
     jinja2 = pytest.importorskip("jinja2")
     # as Ansible's template module: trim_blocks on, undefined variables are errors
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True)
-    env.filters.update(server_filters.FilterModule().filters())
+    env.filters.update(fqcn_filters(server_filters))
     env.filters["basename"] = os.path.basename
     env.filters["dirname"] = os.path.dirname
     values: dict[str, Any] = {

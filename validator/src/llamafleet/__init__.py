@@ -1,3 +1,3 @@
 """llamafleet: validator and GPU memory planner for llama-server + Claude Code setups."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

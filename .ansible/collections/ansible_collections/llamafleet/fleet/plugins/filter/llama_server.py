@@ -1,0 +1,298 @@
+"""Filters that render llama-server units with the llamafleet package (one renderer for the unit
+file and for the validator's preflight), and that refuse any value that could change the unit's
+structure: a newline in a rendered value would start a new line (a `[Service]` section, an
+`ExecStartPre=+...` run as root), so every value the template renders goes through one of them.
+Also the instance-level facts the validator computes: `ignore:` as suppression comments, the
+chat template fixed for Claude Code, the Claude-Code-shaped gate requests, the per-slot context.
+The address decisions (IPAddressAllow=, TLS on or off, certificate names) are the llamafleet_common
+role's filters, on the validator's address classifier."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    from llamafleet.argv import render_argv
+    from llamafleet.chat_template import (
+        RAISES,
+        TemplateFixError,
+        classify,
+        fix_late_system,
+        jinja2_available,
+        model_template,
+    )
+    from llamafleet.claude_request import gate_bodies
+    from llamafleet.errors import InputError
+    from llamafleet.preflight import instance_ignores
+    from llamafleet.rules.cross import slot_context_of_argv
+    from llamafleet.units import UNIT_CONTROL, unit_value_problem
+except ImportError as exc:  # pragma: no cover - reported when the filter is used
+    _IMPORT_ERROR: ImportError | None = exc
+else:
+    _IMPORT_ERROR = None
+
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@")
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _refuse_control(text: str, purpose: str) -> str:
+    """``text`` unless it holds a control character or line end (llamafleet.units.UNIT_CONTROL,
+    the one definition every role's unit values are checked against)."""
+    _need_llamafleet()
+    m = UNIT_CONTROL.search(text)
+    if m:
+        raise AnsibleFilterError(
+            f"{purpose}: {text!r} contains the control character {m.group(0)!r}; a value "
+            "rendered into a systemd unit must not contain newlines or other control characters "
+            "(it would add lines to the unit)"
+        )
+    return text
+
+
+def unit_value(value: Any, purpose: str = "a value of the unit") -> str:
+    """A value rendered into a unit line (or a comment line) as it is: refused (the task fails)
+    when it holds a control character, or ends in a backslash (which would continue the line into
+    the next one)."""
+    _need_llamafleet()
+    text = str(value)
+    problem = unit_value_problem(text)
+    if problem:
+        raise AnsibleFilterError(f"{purpose}: {problem}")
+    return text
+
+
+def unit_line(line: Any, purpose: str = "llama_server_unit_extra") -> str:
+    """An extra line for the [Service] section: no control characters, no trailing backslash,
+    and no section header (a line starting with `[` would move the lines after it elsewhere)."""
+    if not isinstance(line, str):
+        raise AnsibleFilterError(
+            f"{purpose}: {line!r} is not a string; give unit lines such as 'Nice=5'"
+        )
+    text = unit_value(line, purpose)
+    if text.lstrip().startswith("["):
+        raise AnsibleFilterError(
+            f"{purpose}: {text!r} starts a section; extra lines belong to [Service] "
+            "(put other sections into a drop-in you own)"
+        )
+    return text
+
+
+def unit_environment(environment: Any, instance: str = "?") -> list[str]:
+    """`Environment=` values of an instance: one double-quoted "KEY=VALUE" per entry of a
+    mapping (backslash, double quote and % escaped for systemd)."""
+    purpose = f"instance {instance!r}: environment"
+    if not isinstance(environment, Mapping):
+        raise AnsibleFilterError(
+            f"{purpose} must be a mapping of variable names to values, e.g. "
+            "{LLAMA_ARG_THREADS: 8, CUDA_VISIBLE_DEVICES: '0'}; got "
+            f"{type(environment).__name__} {environment!r}"
+        )
+    out = []
+    for key, value in environment.items():
+        if not isinstance(key, str) or not _ENV_KEY.match(key):
+            raise AnsibleFilterError(
+                f"{purpose}: {key!r} is not a variable name (letters, digits and _, not starting "
+                "with a digit)"
+            )
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, (str, int, float)):
+            text = str(value)
+        else:
+            raise AnsibleFilterError(
+                f"{purpose}: the value of {key} must be a string or number, not "
+                f"{type(value).__name__} {value!r}"
+            )
+        pair = _refuse_control(f"{key}={text}", f"{purpose}: {key}")
+        out.append('"' + pair.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%") + '"')
+    return out
+
+
+_CLIENT_NAME = re.compile(r"[A-Za-z0-9_.@/-]{1,200}\Z")
+
+
+def client_key_file(name: Any) -> str:
+    """The file name of a client key in `<instance>.clients/`: the name with `/` replaced by
+    `__`, plus `.key`."""
+    return str(name).replace("/", "__") + ".key"
+
+
+def client_keys(names: Any, instance: str = "?") -> list[str]:
+    """The client names of an instance (`client_keys`, else llama_server_client_keys): a list of
+    unique names of letters, digits and `_ . @ / -` (such as `host/user`), each one its own key
+    file, so two names may not map to the same file (`a/b` and `a__b`)."""
+    purpose = f"instance {instance!r}: client_keys (llama_server_client_keys)"
+    if isinstance(names, (str, bytes)) or not isinstance(names, (list, tuple)):
+        raise AnsibleFilterError(
+            f"{purpose} must be a list of client names such as ['workstation/alice']; got {names!r}"
+        )
+    out: list[str] = []
+    files: dict[str, str] = {}
+    for name in names:
+        if not isinstance(name, str) or not _CLIENT_NAME.match(name):
+            raise AnsibleFilterError(
+                f"{purpose}: {name!r} is not a client name (1 to 200 letters, digits and "
+                "_ . @ / -, e.g. 'workstation/alice')"
+            )
+        f = client_key_file(name)
+        if files.get(f) == name:
+            raise AnsibleFilterError(f"{purpose}: {name!r} is listed twice")
+        if f in files:
+            raise AnsibleFilterError(
+                f"{purpose}: {name!r} and {files[f]!r} would share the key file {f} "
+                "(a / becomes __); give each client one distinct name"
+            )
+        files[f] = name
+        out.append(name)
+    return out
+
+
+def _need_llamafleet() -> None:
+    """Fail the task, saying how to fix it, when the llamafleet package cannot be imported."""
+    if _IMPORT_ERROR is not None:
+        raise AnsibleFilterError(
+            "the llamafleet Python package is not installed on the controller "
+            "(pip install ./validator): " + str(_IMPORT_ERROR)
+        )
+
+
+def llamafleet_argv(instance: dict[str, Any]) -> list[str]:
+    """Render an instance mapping (model, host, port, args, extra_args) to an argv list."""
+    _need_llamafleet()
+    return render_argv(instance)
+
+
+def systemd_quote(argv: Any, purpose: str = "ExecStart=") -> str:
+    """Quote words for an ExecStart= line: specifiers (%) and variables ($) are escaped. A word
+    with a control character is refused (the task fails), and so is a string instead of a list."""
+    if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)):
+        raise AnsibleFilterError(f"{purpose}: expected a list of words, got {argv!r}")
+    out = []
+    for word in argv:
+        w = _refuse_control(str(word), f"{purpose} word").replace("%", "%%").replace("$", "$$")
+        if w and all(c in _SAFE for c in w):
+            out.append(w)
+        else:
+            out.append('"' + w.replace("\\", "\\\\").replace('"', '\\"') + '"')
+    return " ".join(out)
+
+
+#: Terminal escapes systemd-analyze prints on a terminal or with SYSTEMD_COLORS set: CSI colour
+#: codes (ESC [ ... m) and OSC 8 hyperlinks around the unit name (ESC ] 8;;file://... BEL), whose
+#: URL has a ':' of its own.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
+#: The summary line of `systemd-analyze security UNIT`, e.g.
+#: "→ Overall exposure level for llama-server-x.service: 1.2 OK :-)" (the arrow is "->" without
+#: UTF-8, the smiley an emoji with it); a unit name may itself contain ':'.
+_EXPOSURE = re.compile(
+    r"Overall exposure level for .+?:\s*([0-9]+(?:[.][0-9]+)?)(?:\s+([A-Z][A-Z_]*)\b)?"
+)
+
+
+def llamafleet_exposure_score(text: Any) -> str:
+    """The overall exposure score and level that `systemd-analyze security UNIT` prints last:
+    "1.2 OK", "5.5 MEDIUM", "7.9 EXPOSED", "9.6 UNSAFE" (with or without the arrow, colour codes
+    or the smiley that follow), the score alone when no level word follows it, or "n/a" when the
+    output has no such line (the command failed or is missing)."""
+    plain = _ANSI.sub("", "" if text is None else str(text))
+    found = _EXPOSURE.findall(plain)
+    if not found:
+        return "n/a"
+    score, level = found[-1]
+    return f"{score} {level}" if level else score
+
+
+def llamafleet_instance_ignores(ignore: Any, instance: str = "?") -> list[str]:
+    """An instance's ``ignore: {RULE_ID: reason}`` as the validator's suppression comments for its
+    unit (ids checked against the catalogue; a reason with a line break is refused: it goes into
+    the unit)."""
+    _need_llamafleet()
+    try:
+        return instance_ignores(ignore, instance)
+    except InputError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def llamafleet_chat_template_fix(
+    metadata: Any, instance: str = "?", enabled: bool = True
+) -> dict[str, Any]:
+    """From a model's GGUF metadata (``kv`` of the gguf_models role): ``{"action": "none"|"fixed"|
+    "unfixable", "kind": the original's classification, "detail", "change", "key", "text",
+    "sha256"}``. ``text`` is the template to write beside the unit (only when ``fixed``)."""
+    _need_llamafleet()
+    none = {
+        "action": "none",
+        "kind": "",
+        "detail": "",
+        "change": "",
+        "key": "",
+        "text": "",
+        "sha256": "",
+    }
+    if not isinstance(metadata, Mapping) or not enabled or not jinja2_available():
+        return none
+    found = model_template(metadata)
+    if found is None:
+        return none
+    template, key = found
+    before = classify(template, isolate=True)
+    out = dict(none, kind=before.kind, detail=before.detail, key=key)
+    if before.kind != RAISES:
+        return out
+    try:
+        fixed, change = fix_late_system(template, isolate=True)
+    except TemplateFixError as exc:
+        return dict(out, action="unfixable", change=f"instance {instance}: {exc}")
+    return dict(
+        out,
+        action="fixed",
+        change=change,
+        text=fixed,
+        sha256=hashlib.sha256(fixed.encode("utf-8")).hexdigest(),
+    )
+
+
+def llamafleet_claude_code_requests(model: Any, max_tokens: int = 8) -> list[dict[str, Any]]:
+    """Claude Code's first request (recorded from the real CLI: system blocks, a few of its tools,
+    thinking, the user's prompt and the late system message after it) and the same session's next
+    turn, for the instance alias ``model``: the smoke request sends the first, the rollout's
+    prompt-cache gate both (llamafleet.claude_request.gate_bodies)."""
+    _need_llamafleet()
+    try:
+        return gate_bodies(str(model), int(max_tokens))
+    except InputError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def llamafleet_slot_context(argv: Any, model_meta: Any = None) -> int:
+    """The tokens one request may use on an instance (llama.cpp's per-slot context) from its argv
+    and the gguf_models description of its model; 0 when unknown. Clients size their compaction
+    window from it (the claude_code role: ``llama_server_endpoints[...].ctx_per_slot``)."""
+    _need_llamafleet()
+    if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)):
+        raise AnsibleFilterError(f"llamafleet_slot_context: expected an argv list, got {argv!r}")
+    meta = model_meta if isinstance(model_meta, Mapping) and model_meta else None
+    return slot_context_of_argv([str(a) for a in argv], meta) or 0
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "llamafleet_argv": llamafleet_argv,
+            "llamafleet_systemd_quote": systemd_quote,
+            "llamafleet_unit_value": unit_value,
+            "llamafleet_unit_line": unit_line,
+            "llamafleet_unit_environment": unit_environment,
+            "llamafleet_client_keys": client_keys,
+            "llamafleet_client_key_file": client_key_file,
+            "llamafleet_exposure_score": llamafleet_exposure_score,
+            "llamafleet_instance_ignores": llamafleet_instance_ignores,
+            "llamafleet_chat_template_fix": llamafleet_chat_template_fix,
+            "llamafleet_claude_code_requests": llamafleet_claude_code_requests,
+            "llamafleet_slot_context": llamafleet_slot_context,
+        }

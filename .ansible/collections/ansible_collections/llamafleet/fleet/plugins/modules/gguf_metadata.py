@@ -1,0 +1,561 @@
+#!/usr/bin/python
+# Apache-2.0
+"""Ansible module: read a GGUF file's header (metadata key/values) without loading tensors."""
+
+from __future__ import annotations
+
+# ruff: noqa: E402 - Ansible modules import after their DOCUMENTATION
+
+DOCUMENTATION = r"""
+---
+module: gguf_metadata
+short_description: Read the metadata of a GGUF model and save it as metadata.json
+description:
+  - Reads the header of the first file of a model (magic, version, key/value metadata) and sums the
+    sizes of all its files (split models). Tensor data is not read.
+  - Returns the architecture, training context length, layer/head/expert counts and every scalar
+    metadata value (arrays such as the vocabulary are summarised by their length).
+  - With O(save), writes the document (plus O(model), O(sha256) and O(mmproj)) as JSON, root:root
+    C(0644), through a fresh temporary file (O_EXCL) renamed over the old one with directory
+    descriptors; an unchanged document is not rewritten.
+  - Every document is validated before it is written or returned, and so is a saved one that is
+    read back; C(sha256) must hold 64 lower-case hex digits, names and paths must not contain
+    control characters or newlines (a bad value fails naming the file and the field). A saved file
+    with a bad field is replaced (with a warning naming them).
+  - Files are opened like M(gguf_fetch) opens them (directory descriptors from C(/), no link another
+    account owns, O_NOFOLLOW|O_NONBLOCK, one hard link), see there for O(base) and
+    O(takeover_owner).
+  - Must run as root.
+options:
+  path:
+    description: First (or only) file of the model.
+    type: path
+    required: true
+  parts:
+    description: All files of a split model (for the size and the tensors).
+    type: list
+    elements: path
+    default: []
+  metadata:
+    description: Use this document (e.g. the output of an inspect command) instead of reading the
+      header. Empty; read the header.
+    type: dict
+  save:
+    description: Write the document as JSON to this file (C(metadata.json) beside the model).
+    type: path
+  model:
+    description: The model's name, saved and returned as C(model).
+    type: str
+  sha256:
+    description: The checksums of the model's files, saved and returned as C(sha256).
+    type: list
+    elements: str
+    default: []
+  mmproj:
+    description: Path of the model's multimodal projector, saved and returned as C(mmproj).
+    type: path
+  base:
+    description: The models directory (see M(gguf_fetch)). Default the directory of O(path).
+    type: path
+  takeover_owner:
+    description: Account whose directories and files below O(base) are taken over by root (see
+      M(gguf_fetch)).
+    type: str
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+author: llamafleet
+"""
+
+EXAMPLES = r"""
+- name: Describe a model and save metadata.json beside it
+  gguf_metadata:
+    path: /srv/models/tiny/tiny.gguf
+    save: /srv/models/tiny/metadata.json
+    model: tiny
+    sha256: [07a5e2f0c1d3b4a59687e8f90a1b2c3d4e5f60718293a4b5c6d7e8f901a2b3c4]
+    base: /srv/models
+  register: tiny
+"""
+
+RETURN = r"""
+metadata:
+  description: The validated document (as saved) plus C(dir) and C(path); the value of the role's
+    fact C(gguf_models_metadata[<name>]). Keys, from the header, C(architecture), C(name),
+    C(context_length), C(block_count), C(embedding_length), C(head_count), C(head_count_kv),
+    C(key_length), C(value_length), C(expert_count), C(expert_used_count), C(file_type),
+    C(split_count), C(vocab_size), C(chat_template_sha256), C(size_bytes), C(gguf_version),
+    C(tensor_count), C(files), C(kv) (all scalar values) and C(tensors) (name, type, shape); and
+    C(model), C(sha256) (a list), C(mmproj), C(dir), C(path). Only the last five in check mode when
+    the model is not there yet.
+  returned: always
+  type: dict
+saved:
+  description: Whether metadata.json was (in check mode, would be) written.
+  returned: always
+  type: bool
+"""
+
+import hashlib
+import os
+import struct
+from typing import Any, BinaryIO, NoReturn
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.llamafleet.fleet.plugins.module_utils.safefs import (
+    InvalidMetadataError,
+    UnsafePathError,
+    check_name,
+    dump_metadata,
+    is_clean,
+    load_metadata_fd,
+    open_regular,
+    replace_file,
+    resolve_uid,
+    validate_metadata,
+    walk_dir,
+)
+
+#: Numeric arrays up to this length are kept (per-layer values), longer ones summarised.
+MAX_NUMERIC = 4096
+#: String arrays up to this length are kept, longer ones (the vocabulary) summarised.
+MAX_STRINGS = 16
+
+# Limits on one GGUF header, far above what real models hold, so that a damaged or crafted header
+# (models come from the internet, and this module runs as root) costs at most a few seconds and
+# a few tens of MiB to read; beyond one, the file is refused naming it, the key and the limit.
+# A real model: under 100 keys, a few thousand tensors, a vocabulary of ~250,000 tokens with as
+# many token types and merges (under a million array elements, ~10 MiB), a chat template of a few
+# KiB. The same limits as the validator's reader (llamafleet.gguf_meta).
+
+#: Key/value pairs in one header.
+MAX_KV_COUNT = 1 << 16
+#: Tensors in one file (each file of a split model has its own).
+MAX_TENSOR_COUNT = 1 << 16
+#: Dimensions of a tensor (ggml's GGML_MAX_DIMS; llama.cpp refuses more).
+MAX_TENSOR_DIMS = 4
+#: Elements of all metadata arrays of one header together.
+MAX_ARRAY_ELEMENTS = 1 << 22
+#: Bytes of all keys and values of one header together, as stored (strings and arrays).
+MAX_METADATA_BYTES = 64 << 20
+#: Array elements read into values, all arrays together (the others are only counted).
+MAX_KEPT_ELEMENTS = 1 << 16
+#: Bytes of text kept: keys, string values, the elements of kept arrays, tensor names.
+MAX_KEPT_BYTES = 8 << 20
+#: Bytes read at a time while skipping the strings of a summarised array.
+CHUNK = 1 << 20
+U64 = struct.Struct("<Q")
+# ggml_type numbers (ggml.h) -> names, as `llamafleet inspect` writes them
+GGML_TYPES = {
+    0: "F32",
+    1: "F16",
+    2: "Q4_0",
+    3: "Q4_1",
+    6: "Q5_0",
+    7: "Q5_1",
+    8: "Q8_0",
+    9: "Q8_1",
+    10: "Q2_K",
+    11: "Q3_K",
+    12: "Q4_K",
+    13: "Q5_K",
+    14: "Q6_K",
+    15: "Q8_K",
+    16: "IQ2_XXS",
+    17: "IQ2_XS",
+    18: "IQ3_XXS",
+    19: "IQ1_S",
+    20: "IQ4_NL",
+    21: "IQ3_S",
+    22: "IQ2_S",
+    23: "IQ4_XS",
+    24: "I8",
+    25: "I16",
+    26: "I32",
+    27: "I64",
+    28: "F64",
+    29: "IQ1_M",
+    30: "BF16",
+    34: "TQ1_0",
+    35: "TQ2_0",
+    39: "MXFP4",
+}
+SCALAR = {
+    0: "<B",
+    1: "<b",
+    2: "<H",
+    3: "<h",
+    4: "<I",
+    5: "<i",
+    6: "<f",
+    7: "<?",
+    10: "<Q",
+    11: "<q",
+    12: "<d",
+}
+STRING, ARRAY = 8, 9
+
+
+class Reader:
+    """A GGUF header read within the limits (MAX_KV_COUNT, ...): no Python value is built for an
+    element of a summarised array, and every count is checked before it is read."""
+
+    def __init__(self, f: BinaryIO, path: str = "the GGUF file") -> None:
+        self.f, self.path = f, path
+        self.elements = 0  # array elements so far
+        self.stored = 0  # bytes of keys and values so far
+        self.kept_elements = 0
+        self.kept_bytes = 0
+
+    def refuse(self, where: str, what: str, limit: int, name: str) -> NoReturn:
+        raise ValueError(
+            f"{self.path}: {where}: {what} more than {limit:,} ({name}); refused: no real model "
+            "comes near it (a damaged or crafted GGUF header)"
+        )
+
+    def read(self, size: int) -> bytes:
+        data = self.f.read(size)
+        if len(data) != size:
+            raise ValueError(f"{self.path}: truncated GGUF header")
+        return data
+
+    def unpack(self, fmt: str) -> Any:
+        return struct.unpack(fmt, self.read(struct.calcsize(fmt)))[0]
+
+    def add_stored(self, where: str, size: int) -> None:
+        self.stored += size
+        if self.stored > MAX_METADATA_BYTES:
+            self.refuse(
+                where, "the keys and values hold", MAX_METADATA_BYTES, "bytes, MAX_METADATA_BYTES"
+            )
+
+    def add_kept(self, where: str, elements: int = 0, size: int = 0) -> None:
+        self.kept_elements += elements
+        self.kept_bytes += size
+        if self.kept_elements > MAX_KEPT_ELEMENTS:
+            self.refuse(
+                where,
+                "the arrays read as values hold",
+                MAX_KEPT_ELEMENTS,
+                "elements, MAX_KEPT_ELEMENTS",
+            )
+        if self.kept_bytes > MAX_KEPT_BYTES:
+            self.refuse(where, "the texts hold", MAX_KEPT_BYTES, "bytes, MAX_KEPT_BYTES")
+
+    def string(self, where: str = "a string", stored: bool = True) -> str:
+        """A string kept as text (a key, a value, a tensor name: `stored` False)."""
+        n: int = self.unpack("<Q")
+        if stored:
+            self.add_stored(where, 8 + n)
+        self.add_kept(where, size=n)
+        return self.read(n).decode("utf-8", errors="replace")
+
+    def skip_strings(self, key: str, count: int) -> None:
+        """Step over `count` strings, reading ahead in chunks (no value per element)."""
+        unpack_from = U64.unpack_from
+        left = MAX_METADATA_BYTES - self.stored  # what the strings may take
+        buf, off, size = b"", 0, 0
+        for _ in range(count):
+            if len(buf) - off < 8:
+                buf, off = buf[off:] + self.f.read(CHUNK), 0
+                if len(buf) < 8:
+                    raise ValueError(f"{self.path}: truncated GGUF header")
+            n = 8 + unpack_from(buf, off)[0]
+            size += n
+            if size > left:
+                self.add_stored(key, size)  # refused
+            off += n
+            if off > len(buf):
+                self.f.seek(off - len(buf), os.SEEK_CUR)
+                buf, off = b"", 0
+        self.stored += size
+        self.f.seek(off - len(buf), os.SEEK_CUR)  # give back what was read ahead
+
+    def value(self, vtype: int, key: str = "a value") -> Any:
+        if vtype in SCALAR:
+            size = struct.calcsize(SCALAR[vtype])
+            self.add_stored(key, size)
+            return struct.unpack(SCALAR[vtype], self.read(size))[0]
+        if vtype == STRING:
+            return self.string(key)
+        if vtype != ARRAY:
+            raise ValueError(f"{self.path}: unknown GGUF value type {vtype} for {key}")
+        itype = self.unpack("<I")
+        count: int = self.unpack("<Q")
+        self.add_stored(key, 12)
+        if itype == ARRAY:
+            raise ValueError(
+                f"{self.path}: {key}: an array of arrays, which llama.cpp does not load "
+                "(a damaged or crafted GGUF header)"
+            )
+        if itype not in SCALAR and itype != STRING:
+            raise ValueError(f"{self.path}: unknown GGUF value type {itype} for {key}")
+        self.elements += count
+        if self.elements > MAX_ARRAY_ELEMENTS:
+            self.refuse(
+                key,
+                "the metadata arrays hold",
+                MAX_ARRAY_ELEMENTS,
+                "elements in all, MAX_ARRAY_ELEMENTS",
+            )
+        if itype == STRING:
+            if count > MAX_STRINGS:
+                self.skip_strings(key, count)
+                return {"array_length": count}
+            self.add_kept(key, elements=count)
+            return [self.string(key) for _ in range(count)]
+        # numeric arrays up to MAX_NUMERIC (per-layer values of hybrid models) are kept
+        fmt = SCALAR[itype]
+        size = struct.calcsize(fmt) * count
+        self.add_stored(key, size)
+        if count > MAX_NUMERIC:
+            self.f.seek(size, os.SEEK_CUR)
+            return {"array_length": count}
+        self.add_kept(key, elements=count)
+        return list(struct.unpack(f"<{count}{fmt[1:]}", self.read(size)))
+
+
+def read_header(path: str) -> tuple[int, int, dict[str, Any], list[dict[str, Any]]]:
+    """Read a header by path (for tools and tests on files of their own; the module itself reads
+    through `parse_header` on a file opened by `open_model_file`)."""
+    with open(path, "rb") as f:
+        return parse_header(f, path)
+
+
+def parse_header(f: BinaryIO, path: str) -> tuple[int, int, dict[str, Any], list[dict[str, Any]]]:
+    """(version, tensor count, key/values, tensors) of the header of `f`; raises ValueError naming
+    `path` for a damaged header or one beyond the limits (MAX_KV_COUNT, ...)."""
+    if f.read(4) != b"GGUF":
+        raise ValueError(f"{path} is not a GGUF file (bad magic)")
+    r = Reader(f, path)
+    version = r.unpack("<I")
+    if version < 2:
+        raise ValueError(f"{path}: GGUF version {version} is not supported")
+    tensor_count = r.unpack("<Q")
+    kv_count = r.unpack("<Q")
+    if kv_count > MAX_KV_COUNT:
+        r.refuse("header", f"{kv_count:,} key/value pairs,", MAX_KV_COUNT, "MAX_KV_COUNT")
+    if tensor_count > MAX_TENSOR_COUNT:
+        r.refuse("header", f"{tensor_count:,} tensors,", MAX_TENSOR_COUNT, "MAX_TENSOR_COUNT")
+    kv: dict[str, Any] = {}
+    for i in range(kv_count):
+        key = r.string(f"key #{i}")
+        kv[key] = r.value(r.unpack("<I"), key)
+    tensors: list[dict[str, Any]] = []
+    for i in range(tensor_count):
+        name = r.string(f"tensor #{i}", stored=False)
+        n_dims = r.unpack("<I")
+        if n_dims > MAX_TENSOR_DIMS:
+            r.refuse(f"tensor {name!r}", f"{n_dims} dimensions,", MAX_TENSOR_DIMS, "GGML_MAX_DIMS")
+        shape = list(struct.unpack(f"<{n_dims}Q", r.read(8 * n_dims)))
+        ttype = r.unpack("<I")
+        r.unpack("<Q")  # offset of the data
+        tensors.append({"name": name, "type": GGML_TYPES.get(ttype, str(ttype)), "shape": shape})
+    return version, tensor_count, kv, tensors
+
+
+def open_model_file(
+    path: str, base: str | None, takeover_uid: int | None, modify: bool
+) -> tuple[int, os.stat_result] | None:
+    """(fd, stat) of a model file, opened through directory descriptors (see gguf_fetch), or None
+    when it (or its directory) is not there."""
+    dpath, name = os.path.split(path)
+    with walk_dir(
+        dpath, base or dpath, takeover_uid=takeover_uid, modify=modify, create=False
+    ) as w:
+        if not w.exists:
+            return None
+        opened: tuple[int, os.stat_result] | None = open_regular(
+            w.fd, w.path, name, os.O_RDONLY, owners=(0, takeover_uid)
+        )
+        return opened
+
+
+class MetadataError(Exception):
+    pass
+
+
+def summarize(
+    files: list[str],
+    headers: list[tuple[int, int, dict[str, Any], list[dict[str, Any]]]],
+    sizes: list[int],
+) -> dict[str, Any]:
+    """The metadata document of a model from its files' headers."""
+    path = files[0]
+    version, tensor_count, kv, tensors = headers[0]
+    for extra in headers[1:]:  # the tensors of a split model's other files
+        tensors = tensors + extra[3]
+    arch = kv.get("general.architecture")
+
+    def a(key: str) -> Any:
+        return kv.get(f"{arch}.{key}")
+
+    template = kv.get("tokenizer.chat_template")
+    return {
+        "path": path,
+        "files": files,
+        "size_bytes": sum(sizes),
+        "gguf_version": version,
+        "tensor_count": tensor_count,
+        "architecture": arch,
+        "name": kv.get("general.name"),
+        "file_type": kv.get("general.file_type"),
+        "context_length": a("context_length"),
+        "block_count": a("block_count"),
+        "embedding_length": a("embedding_length"),
+        "head_count": a("attention.head_count"),
+        "head_count_kv": a("attention.head_count_kv"),
+        "key_length": a("attention.key_length"),
+        "value_length": a("attention.value_length"),
+        "expert_count": a("expert_count"),
+        "expert_used_count": a("expert_used_count"),
+        "split_count": kv.get("split.count", 1),
+        "vocab_size": (kv.get("tokenizer.ggml.tokens") or {}).get("array_length")
+        if isinstance(kv.get("tokenizer.ggml.tokens"), dict)
+        else None,
+        "chat_template_sha256": hashlib.sha256(template.encode()).hexdigest() if template else None,
+        "kv": kv,
+        # name, type and shape of every tensor (the sizes follow from them): what the planner
+        # (`llamafleet plan`, rule LS016) needs besides the key/values
+        "tensors": tensors,
+    }
+
+
+def read_model(
+    files: list[str], base: str | None, takeover_uid: int | None, modify: bool
+) -> dict[str, Any] | None:
+    """The document of a model's files, or None when the first is not there (check mode)."""
+    headers: list[tuple[int, int, dict[str, Any], list[dict[str, Any]]]] = []
+    sizes: list[int] = []
+    for i, path in enumerate(files):
+        opened = open_model_file(path, base, takeover_uid, modify)
+        if opened is None:
+            if i == 0 and not modify:
+                return None
+            raise MetadataError(f"{path} is not there")
+        fd, st = opened
+        try:
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                headers.append(parse_header(f, path))
+        finally:
+            os.close(fd)
+        sizes.append(st.st_size)
+    return summarize(files, headers, sizes)
+
+
+def _diff(path: str, before: str, after: str) -> dict[str, str]:
+    return {"before_header": path, "after_header": path, "before": before, "after": after}
+
+
+def save_document(
+    save: str, doc: dict[str, Any], base: str | None, takeover_uid: int | None, modify: bool
+) -> tuple[bool, dict[str, str] | None]:
+    """Write metadata.json unless it holds `doc` already (root:root 0644, one link). Returns
+    (changed, diff). A saved file that is a link, a FIFO, hard-linked, another account's or has a
+    bad field is refused: it was not written by this role."""
+    dpath, name = os.path.split(save)
+    check_name(name)
+    owners = (0, takeover_uid)
+    new: bytes = dump_metadata(doc)
+    with walk_dir(
+        dpath, base or dpath, takeover_uid=takeover_uid, modify=modify, create=False
+    ) as w:
+        if not w.exists:
+            return True, _diff(save, "", new.decode())
+        old, clean = b"", False
+        try:
+            opened = open_regular(w.fd, w.path, name, os.O_RDONLY, owners)
+        except UnsafePathError as e:
+            raise UnsafePathError(
+                f"{e}. The saved metadata was not written by this role (the service account could "
+                f"write there before). Fix: look at it, remove {save} and rerun."
+            ) from e
+        if opened is not None:
+            fd, st = opened
+            try:
+                load_metadata_fd(fd, save)  # refuses a bad field, naming the file and the field
+                os.lseek(fd, 0, os.SEEK_SET)
+                old = os.read(fd, len(new) + 1) if st.st_size == len(new) else b"?"
+            finally:
+                os.close(fd)
+            clean = is_clean(st)
+        if old == new and clean:
+            return False, None
+        if modify:
+            replace_file(w.fd, w.path, name, new)
+        before = old.decode("utf-8", "replace") if old != b"?" else "(another document)\n"
+        return True, _diff(save, before, new.decode())
+
+
+ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
+    "path": {"type": "path", "required": True},
+    "parts": {"type": "list", "elements": "path", "default": []},
+    "metadata": {"type": "dict"},
+    "save": {"type": "path"},
+    "model": {"type": "str"},
+    "sha256": {"type": "list", "elements": "str", "default": []},
+    "mmproj": {"type": "path"},
+    "base": {"type": "path"},
+    "takeover_owner": {"type": "str"},
+}
+DEFAULTS = {k: v.get("default") for k, v in ARGUMENT_SPEC.items()}
+
+
+def describe_model(p: dict[str, Any], check_mode: bool = False) -> dict[str, Any]:
+    """The module's work, without AnsibleModule. Returns the result; raises MetadataError,
+    InvalidMetadataError, UnsafePathError or ValueError (a damaged header)."""
+    p = {**DEFAULTS, **p}
+    modify = not check_mode
+    path = os.path.normpath(p["path"])
+    files = [os.path.normpath(f) for f in (p["parts"] or [path])]
+    if not all(os.path.isabs(f) for f in [path, *files]):
+        raise MetadataError("path and parts must be absolute paths")
+    takeover_uid = resolve_uid(p["takeover_owner"])
+    fields: dict[str, Any] = {"mmproj": p["mmproj"]}
+    if p["model"] is not None:
+        fields["model"] = p["model"]
+    if p["sha256"]:
+        fields["sha256"] = [s.strip().lower() for s in p["sha256"]]
+    meta: dict[str, Any] | None
+    if p["metadata"]:
+        meta = dict(p["metadata"])
+        source = f"the metadata given for {path} (gguf_models_inspect_command)"
+    else:
+        meta = read_model(files, p["base"], takeover_uid, modify)
+        source = f"the metadata read from {path}"
+    result: dict[str, Any] = {"changed": False, "saved": False}
+    if meta:
+        doc = validate_metadata({**meta, **fields}, source)
+        if p["save"]:
+            changed, diff = save_document(
+                os.path.normpath(p["save"]), doc, p["base"], takeover_uid, modify
+            )
+            result.update(changed=changed, saved=changed)
+            if diff:
+                result["diff"] = diff
+    else:
+        doc = fields
+    facts = {**doc, "dir": os.path.dirname(path), "path": path, "mmproj": p["mmproj"]}
+    result["metadata"] = validate_metadata(facts, source)
+    if not meta:
+        result["msg"] = f"{path} is not there yet (check mode)"
+    return result
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    if os.geteuid() != 0:
+        module.fail_json(msg="gguf_metadata must run as root (become: true)")
+    try:
+        result = describe_model(module.params, module.check_mode)
+    except UnsafePathError as e:
+        module.fail_json(msg=f"Refused: {e}")
+    except (MetadataError, InvalidMetadataError, OSError, ValueError) as e:
+        module.fail_json(msg=str(e))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

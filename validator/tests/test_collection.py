@@ -1,0 +1,219 @@
+"""The repository is the llamafleet.fleet collection: one version with the validator, one
+plugins/ (no role keeps a library/, filter_plugins/, action_plugins/ or module_utils/ of its
+own), every module documented as ansible-doc reads it, and the artifact `ansible-galaxy
+collection build` makes installs into an empty project whose playbook uses the collection's
+modules, filters and roles by FQCN. (That a team's project converges a real host from the
+installed tarball is the default scenario's workstation run, molecule/default/workstation.yml.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+import llamafleet
+from conftest import PLUGINS, REPO
+
+GALAXY = yaml.safe_load((REPO / "galaxy.yml").read_text(encoding="utf-8"))
+BIN = Path(sys.executable).parent
+
+
+def _env(home: Path) -> dict[str, str]:
+    """An environment with nothing of this checkout in it: no ANSIBLE_* variable, its own HOME."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    return env | {"HOME": str(home), "ANSIBLE_NOCOLOR": "1", "PATH": f"{BIN}:/usr/bin:/bin"}
+
+
+def test_one_version_for_the_collection_the_validator_and_the_changelog() -> None:
+    pyproject = (REPO / "validator" / "pyproject.toml").read_text(encoding="utf-8")
+    (packaged,) = re.findall(r'^version = "([^"]+)"', pyproject, re.M)
+    changelog = (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
+    newest = re.findall(r"^## ([0-9][^\s]*)", changelog, re.M)[0]
+    assert GALAXY["version"] == llamafleet.__version__ == packaged == newest
+
+
+def test_requires_ansible_is_the_tested_range() -> None:
+    runtime = yaml.safe_load((REPO / "meta" / "runtime.yml").read_text(encoding="utf-8"))
+    dev = (REPO / "requirements-dev.txt").read_text(encoding="utf-8")
+    (core,) = re.findall(r"^ansible-core(\S+)", dev, re.M)
+    lows = re.findall(r">=\s*([0-9.]+)", core) + re.findall(
+        r">=\s*([0-9.]+)", runtime["requires_ansible"]
+    )
+    highs = re.findall(r"<\s*([0-9.]+)", core) + re.findall(
+        r"<\s*([0-9.]+)", runtime["requires_ansible"]
+    )
+
+    def norm(v: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in [*v.split("."), "0", "0"][:3])
+
+    assert len(lows) == 2 and norm(lows[0]) == norm(lows[1]), (core, runtime)
+    assert len(highs) == 2 and norm(highs[0]) == norm(highs[1]), (core, runtime)
+
+
+def test_no_role_or_playbook_keeps_plugins_of_its_own() -> None:
+    kinds = ("library", "filter_plugins", "action_plugins", "module_utils", "lookup_plugins")
+    found = [str(p.relative_to(REPO)) for k in kinds for p in REPO.glob(f"roles/*/{k}")]
+    found += [str(p.relative_to(REPO)) for k in kinds for p in REPO.glob(f"playbooks/{k}")]
+    assert found == [], "plugins belong in plugins/ (one copy, FQCN llamafleet.fleet.NAME)"
+
+
+def test_module_utils_imports_resolve_to_the_collections_own_files() -> None:
+    prefix = "ansible_collections.llamafleet.fleet."
+    for path in PLUGINS.rglob("*.py"):
+        text = path.read_text()
+        for name in re.findall(r"^\s*from (ansible_collections\.\S+) import", text, re.M):
+            assert name.startswith(prefix), (path, name)
+            target = REPO.joinpath(*name[len(prefix) :].split(".")).with_suffix(".py")
+            assert target.is_file(), (path, name)
+        for name in re.findall(r"^\s*from ansible\.module_utils\.(\w+)", text, re.M):
+            # only ansible-core's own module_utils by that name
+            assert name in ("basic", "urls", "parsing", "common", "six"), (path, name)
+
+
+def test_every_module_is_documented_for_ansible_doc(tmp_path: Path) -> None:
+    names = sorted(f"llamafleet.fleet.{p.stem}" for p in (PLUGINS / "modules").glob("*.py"))
+    proc = subprocess.run(
+        [str(BIN / "ansible-doc"), "--json", "-t", "module", *names],
+        env=_env(tmp_path) | {"ANSIBLE_COLLECTIONS_PATH": os.environ["ANSIBLE_COLLECTIONS_PATH"]},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    docs = json.loads(proc.stdout)
+    assert sorted(docs) == names, proc.stderr
+    for name, doc in docs.items():
+        assert doc["doc"].get("short_description"), name
+        assert doc["doc"].get("options") is not None or name.endswith("_facts"), name
+
+
+@pytest.fixture(scope="module")
+def tarball(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dist")
+    proc = subprocess.run(
+        [str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(out), str(REPO)],
+        env=_env(out),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out / f"llamafleet-fleet-{GALAXY['version']}.tar.gz"
+
+
+def test_the_artifact_holds_the_collection_and_nothing_of_the_test_bed(tarball: Path) -> None:
+    with tarfile.open(tarball) as tar:
+        names = set(tar.getnames())
+        manifest = json.load(tar.extractfile("MANIFEST.json"))  # type: ignore[arg-type]
+    assert manifest["collection_info"]["version"] == llamafleet.__version__
+    for must in (
+        "meta/runtime.yml",
+        "playbooks/site.yml",
+        "playbooks/rollout.yml",
+        "roles/llama_server/tasks/main.yml",
+        "plugins/modules/claude_settings.py",
+        "plugins/module_utils/safefs.py",
+        "plugins/filter/llama_server.py",
+        "plugins/action/llamafleet_check.py",
+    ):
+        assert must in names, must
+    tops = {n.split("/")[0] for n in names}
+    for never in ("validator", "molecule", "testbed", ".venv", ".ansible", "site.yml", "Makefile"):
+        assert never not in tops, never
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+
+
+def test_the_tarball_installs_into_an_empty_project_and_runs_by_fqcn(
+    tarball: Path, tmp_path: Path
+) -> None:
+    """A project that has only an ansible.cfg, an inventory and a playbook: the collection is
+    installed from the tarball, then its module (llamafleet_read), action plugin (llamafleet_check,
+    which imports the validator), filter and role (llamafleet_common) run by FQCN, from the
+    installed copy, on localhost."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "ansible.cfg").write_text("[defaults]\ncollections_path = ./collections\n")
+    (project / "inventory.yml").write_text(
+        "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
+        f"      ansible_python_interpreter: {sys.executable}\n"
+    )
+    (project / "unit.service").write_text(
+        "[Service]\nExecStart=/opt/llama.cpp/bin/llama-server -m /m.gguf --host 0.0.0.0 -c 8192\n"
+    )
+    (project / "play.yml").write_text(
+        textwrap.dedent(
+            """\
+            - hosts: localhost
+              gather_facts: false
+              tasks:
+                - name: A module of the collection
+                  llamafleet.fleet.llamafleet_read:
+                    path: "{{ playbook_dir }}/unit.service"
+                  register: read
+                - name: A filter of the collection
+                  ansible.builtin.debug:
+                    msg: "KIND {{ '0.0.0.0' | llamafleet.fleet.llamafleet_address_kind }}"
+                - name: The action plugin (the validator, in process)
+                  llamafleet.fleet.llamafleet_check:
+                    items:
+                      - path: unit.service
+                        kind: unit
+                        text: "{{ read.content | b64decode }}"
+                  register: checked
+                  failed_when: not checked.refused
+                - name: What it found
+                  ansible.builtin.debug:
+                    msg: "RULES {{ checked.checks[0].findings | map(attribute='id') | join(',') }}"
+            """
+        )
+    )
+    env = _env(tmp_path)
+    install = subprocess.run(
+        [str(BIN / "ansible-galaxy"), "collection", "install", "--no-deps", str(tarball)],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert install.returncode == 0, install.stdout + install.stderr
+    installed = project / "collections" / "ansible_collections" / "llamafleet" / "fleet"
+    assert (installed / "MANIFEST.json").is_file(), install.stdout
+    run = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", "inventory.yml", "play.yml", "-v"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "KIND any" in run.stdout
+    (rules,) = re.findall(r"RULES ([A-Z0-9,]*)", run.stdout)
+    # an exposed server without a key: the validator's exposure rule, from the installed plugin
+    assert "LS007" in rules.split(","), run.stdout[-3000:]
+    # the plugins ran from the installed copy, not from this checkout
+    shutil.rmtree(installed / "plugins" / "filter")
+    again = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", "inventory.yml", "play.yml"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert again.returncode != 0 and "llamafleet_address_kind" in again.stdout + again.stderr
