@@ -144,7 +144,8 @@ lint: $(VENV)/.stamp
 	(cd validator && $(BIN)/ruff check src tests tools ../roles ../plugins ../testbed \
 	  && $(BIN)/ruff format --check src tests tools ../roles ../plugins ../testbed)
 	# mypy: the same files (validator/pyproject.toml names them); the rule pages are generated
-	(cd validator && $(BIN)/mypy && $(BIN)/python tools/gen_docs.py --check)
+	(cd validator && $(BIN)/mypy && $(BIN)/python tools/gen_docs.py --check \
+	  && $(BIN)/python tools/gen_module_utils.py --check)
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint --offline
 

@@ -624,8 +624,10 @@ def build_once(setup: Setup) -> None:
 
 
 def tree_of(ref: str, dest: Path) -> Path:
-    """The repository's files at ``ref`` (git archive), with this checkout's collections: the
-    playbooks and roles of that commit run from there. The validator is the installed one."""
+    """The repository's files at ``ref`` (git archive), with that commit's llamafleet.fleet
+    collection installed into it (a commit from before the collection: this checkout's
+    collections): the playbooks and roles of that commit run from there. The validator is the
+    installed one."""
     try:
         commit = subprocess.run(
             ["git", "-C", str(ROOT), "rev-parse", "--verify", f"{ref}^{{commit}}"],
@@ -642,10 +644,27 @@ def tree_of(ref: str, dest: Path) -> Path:
     subprocess.run(["tar", "-x", "-C", str(dest)], stdin=archive.stdout, check=True)
     if archive.wait() != 0:
         raise SimError(f"ref={ref}: git archive failed")
-    collections = ROOT / ".ansible" / "collections"
-    if collections.is_dir():
-        (dest / ".ansible").mkdir(exist_ok=True)
-        (dest / ".ansible" / "collections").symlink_to(collections)
+    if (dest / "galaxy.yml").is_file():
+        # that commit's own llamafleet.fleet collection, installed as make bootstrap installs it
+        subprocess.run(
+            [
+                str(Path(sys.executable).parent / "ansible-galaxy"),
+                "collection",
+                "install",
+                "--force",
+                "--no-deps",
+                "-p",
+                str(dest / ".ansible" / "collections"),
+                str(dest),
+            ],
+            capture_output=True,
+            check=True,
+        )
+    else:
+        collections = ROOT / ".ansible" / "collections"
+        if collections.is_dir():
+            (dest / ".ansible").mkdir(exist_ok=True)
+            (dest / ".ansible" / "collections").symlink_to(collections)
     (dest / "COMMIT").write_text(commit + "\n")
     return dest
 

@@ -42,6 +42,7 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
+from ansible_collections.llamafleet.fleet.plugins.plugin_utils.validator import message
 
 _ARGS = frozenset({"items", "fail_on", "config", "skip", "what", "build", "hint", "written"})
 
@@ -56,10 +57,7 @@ class ActionModule(ActionBase):
             from llamafleet.config_file import find_config
             from llamafleet.preflight import PreflightError, check_items, refusal
         except ImportError as exc:
-            raise AnsibleActionFail(
-                "the llamafleet Python package is not importable by the Python that runs Ansible "
-                f"(pip install ./validator into it): {exc}"
-            ) from exc
+            raise AnsibleActionFail(message(exc)) from exc
         args = self._task.args
         unknown = sorted(set(args) - _ARGS)
         if unknown:

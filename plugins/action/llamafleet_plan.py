@@ -26,6 +26,7 @@ from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible_collections.llamafleet.fleet.plugins.plugin_utils.validator import message
 
 _ARGS = frozenset({"name", "model", "vram_mib", "ctx_size", "help_text", "margin_mib"})
 
@@ -131,10 +132,7 @@ class ActionModule(ActionBase):
         try:
             import llamafleet.planner  # noqa: F401
         except ImportError as exc:
-            raise AnsibleActionFail(
-                "the llamafleet Python package is not importable by the Python that runs Ansible "
-                f"(pip install ./validator into it): {exc}"
-            ) from exc
+            raise AnsibleActionFail(message(exc)) from exc
         args = self._task.args
         unknown = sorted(set(args) - _ARGS)
         if unknown:

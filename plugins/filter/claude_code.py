@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.llamafleet.fleet.plugins.plugin_utils.validator import require
 
 try:
     from llamafleet.rules.cross import (
@@ -38,11 +39,7 @@ OFF_WORDS = ("off", "no", "false", "none", "0", "")
 
 
 def _need_llamafleet() -> None:
-    if _IMPORT_ERROR is not None:
-        raise AnsibleFilterError(
-            "the llamafleet Python package is not installed on the controller "
-            "(pip install ./validator): " + str(_IMPORT_ERROR)
-        )
+    require(_IMPORT_ERROR, AnsibleFilterError)
 
 
 def _count(value: Any) -> int | None:

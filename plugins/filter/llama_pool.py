@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NoReturn
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.llamafleet.fleet.plugins.plugin_utils.validator import require
 
 try:
     from llamafleet.poolkeys import user_key as _user_key
@@ -56,11 +57,7 @@ def _is_ip(text: str) -> bool:
 def _kind(host: str) -> str:
     """loopback, socket, any (a wildcard) or address: the validator's own address classifier,
     the one its rules use (empty is llama-server's default, 127.0.0.1)."""
-    if _IMPORT_ERROR is not None:
-        _fail(
-            "the llamafleet Python package is not installed on the controller "
-            f"(pip install ./validator): {_IMPORT_ERROR}"
-        )
+    require(_IMPORT_ERROR, AnsibleFilterError)
     kind: str = address_kind(host)
     return kind
 
@@ -395,11 +392,7 @@ def digest(key: Any) -> str:
 
 
 def _need_llamafleet() -> None:
-    if _IMPORT_ERROR is not None:
-        _fail(
-            f"the llamafleet package is not importable on the controller ({_IMPORT_ERROR}): "
-            "pip install ./validator"
-        )
+    require(_IMPORT_ERROR, AnsibleFilterError)
 
 
 def _users_of(hv: Any) -> list[Mapping[str, Any]]:

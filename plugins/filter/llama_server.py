@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.llamafleet.fleet.plugins.plugin_utils.validator import require
 
 try:
     from llamafleet.argv import render_argv
@@ -154,11 +155,7 @@ def client_keys(names: Any, instance: str = "?") -> list[str]:
 
 def _need_llamafleet() -> None:
     """Fail the task, saying how to fix it, when the llamafleet package cannot be imported."""
-    if _IMPORT_ERROR is not None:
-        raise AnsibleFilterError(
-            "the llamafleet Python package is not installed on the controller "
-            "(pip install ./validator): " + str(_IMPORT_ERROR)
-        )
+    require(_IMPORT_ERROR, AnsibleFilterError)
 
 
 def llamafleet_argv(instance: dict[str, Any]) -> list[str]:

@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.llamafleet.fleet.plugins.plugin_utils.validator import require
 
 try:
     from llamafleet.rules.cross import DEFAULT_HOST
@@ -24,11 +25,7 @@ else:
 
 
 def _need_llamafleet() -> None:
-    if _IMPORT_ERROR is not None:
-        raise AnsibleFilterError(
-            "the llamafleet Python package is not installed on the controller "
-            "(pip install ./validator): " + str(_IMPORT_ERROR)
-        )
+    require(_IMPORT_ERROR, AnsibleFilterError)
 
 
 def address_kind(host: Any) -> str:

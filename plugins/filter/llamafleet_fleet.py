@@ -25,6 +25,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
 
+from ansible.errors import AnsibleFilterError
+from ansible_collections.llamafleet.fleet.plugins.plugin_utils.validator import require
+
 try:
     from llamafleet.rules.server import is_loopback
 except ImportError as exc:  # pragma: no cover - reported when a filter needs it
@@ -66,11 +69,7 @@ def _fail(msg: str) -> NoReturn:
 
 
 def _need_llamafleet() -> None:
-    if _IMPORT_ERROR is not None:
-        _fail(
-            "the llamafleet Python package is not installed on the controller "
-            "(pip install ./validator): " + str(_IMPORT_ERROR)
-        )
+    require(_IMPORT_ERROR, AnsibleFilterError)
 
 
 def _decode(read: Any) -> str:

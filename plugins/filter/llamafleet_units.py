@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ansible.errors import AnsibleFilterError
+from ansible_collections.llamafleet.fleet.plugins.plugin_utils.validator import require
+
 try:
     from llamafleet.refs import NEVER
     from llamafleet.rules.cross import server_address
@@ -19,13 +22,7 @@ else:
 
 
 def _need_llamafleet() -> None:
-    if _IMPORT_ERROR is not None:
-        from ansible.errors import AnsibleFilterError
-
-        raise AnsibleFilterError(
-            "the llamafleet Python package is not installed on the controller "
-            "(pip install ./validator): " + str(_IMPORT_ERROR)
-        )
+    require(_IMPORT_ERROR, AnsibleFilterError)
 
 
 def llamafleet_unit_server(text: str, path: str = "unit.service") -> dict[str, Any]:

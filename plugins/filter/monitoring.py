@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NoReturn
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.llamafleet.fleet.plugins.plugin_utils.validator import require
 
 try:
     from llamafleet.rules.server import address_kind
@@ -35,11 +36,7 @@ def _fail(msg: str) -> NoReturn:
 
 def _kind(host: str) -> str:
     """loopback, socket, any (a wildcard) or address: the validator's address classifier."""
-    if _IMPORT_ERROR is not None:
-        _fail(
-            "the llamafleet Python package is not installed on the controller "
-            f"(pip install ./validator): {_IMPORT_ERROR}"
-        )
+    require(_IMPORT_ERROR, AnsibleFilterError)
     kind: str = address_kind(host)
     return kind
 

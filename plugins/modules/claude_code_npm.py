@@ -119,6 +119,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.llamafleet.fleet.plugins.module_utils.safetar import (
+    member_mode,
+    member_problem,
+)
 
 MANIFEST = "llamafleet-claude-code.json"
 BIN_NAME = "claude"
@@ -244,19 +248,19 @@ def _copy_member(
 def unpack_wrapper(tar: tarfile.TarFile, dest: str) -> None:
     """Unpack package/* into the empty directory dest: directories 0755, files 0644 or 0755."""
     for member in tar.getmembers():
+        # the tar checks root applies to every archive it unpacks (module_utils/safetar.py)
+        problem = member_problem(member, top="package")
+        if problem is not None:
+            raise InstallError(f"the wrapper tarball is refused: {problem}")
         rel = _member_path(member.name)
-        if rel is None:
-            raise InstallError(f"the wrapper tarball has an entry outside package/: {member.name}")
-        if rel == "":
+        if not rel:
             continue
         target = os.path.join(dest, rel)
         if member.isdir():
             os.makedirs(target, mode=0o755, exist_ok=True)
             continue
-        if not member.isreg():
-            raise InstallError(f"the wrapper tarball has a link or special file: {member.name}")
         os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
-        mode = 0o755 if member.mode & 0o111 else 0o644
+        mode = member_mode(member)
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
         os.fchmod(fd, mode)
         _copy_member(tar, member, fd)

@@ -185,6 +185,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.llamafleet.fleet.plugins.module_utils.safefs import kind, owner_name
 
 MISPLACED_PREFIXES = ("ANTHROPIC_", "CLAUDE_CODE_")
 MISPLACED_KEYS = ("API_TIMEOUT_MS",)
@@ -375,30 +376,6 @@ def merge_settings(
 # ---------------------------------------------------------------------------------------------
 # file work through directory descriptors, never following a link
 
-_KINDS = (
-    (stat.S_ISLNK, "symbolic link"),
-    (stat.S_ISDIR, "directory"),
-    (stat.S_ISFIFO, "FIFO (named pipe)"),
-    (stat.S_ISSOCK, "socket"),
-    (stat.S_ISCHR, "character device"),
-    (stat.S_ISBLK, "block device"),
-    (stat.S_ISREG, "regular file"),
-)
-
-
-def _kind(st_mode: int) -> str:
-    for test, name in _KINDS:
-        if test(st_mode):
-            return name
-    return "special file"
-
-
-def _who(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
-
 
 def _close(fd: int | None) -> None:
     if fd is not None:
@@ -420,11 +397,11 @@ def _not_a_directory(name: str, dir_fd: int, display: str, owner: str) -> str:
         return f"{display} is not a directory; refusing to use it. {fix}"
     if stat.S_ISLNK(st.st_mode):
         return (
-            f"{display} is a symbolic link (owned by {_who(st.st_uid)}); refusing to follow it. "
-            + fix
+            f"{display} is a symbolic link (owned by {owner_name(st.st_uid)}); refusing to "
+            "follow it. " + fix
         )
     return (
-        f"{display} is a {_kind(st.st_mode)} (owned by {_who(st.st_uid)}), not a directory; "
+        f"{display} is {kind(st.st_mode)} (owned by {owner_name(st.st_uid)}), not a directory; "
         f"refusing to use it. {fix}"
     )
 
@@ -439,7 +416,7 @@ def _open_dir(name: str, dir_fd: int, display: str, owner: str) -> int | None:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
             raise SettingsError(_not_a_directory(name, dir_fd, display, owner)) from None
         raise SettingsError(
-            f"{display}: cannot open the directory as {_who(os.geteuid())}: {exc.strerror}"
+            f"{display}: cannot open the directory as {owner_name(os.geteuid())}: {exc.strerror}"
         ) from None
 
 
@@ -481,9 +458,9 @@ def _user_dir(
         st = os.fstat(fd)
         if st.st_uid not in (account.uid, 0):
             raise SettingsError(
-                f"{anchor} is owned by {_who(st.st_uid)}, not by {account.name} or root; refusing "
-                f"to write {account.name}'s {path} under it. Give it to {account.name}, then run "
-                "again."
+                f"{anchor} is owned by {owner_name(st.st_uid)}, not by {account.name} or root; "
+                f"refusing to write {account.name}'s {path} under it. Give it to {account.name}, "
+                "then run again."
             )
         for index, comp in enumerate(rel):
             display = os.path.join(display, comp)
@@ -534,7 +511,7 @@ def _check_user_dir(fd: int, display: str, account: Account, last: bool, check_m
     st = os.fstat(fd)
     if st.st_uid != account.uid:
         raise SettingsError(
-            f"{display} is owned by {_who(st.st_uid)}, not {account.name}; refusing to "
+            f"{display} is owned by {owner_name(st.st_uid)}, not {account.name}; refusing to "
             f"use it. Remove it (or give it to {account.name}) and run again."
         )
     if last and stat.S_IMODE(st.st_mode) != DIR_MODE:
@@ -549,7 +526,7 @@ def _check_root_dir(fd: int, display: str, path: str) -> None:
     fix = "Make it owned by root and not writable by group or others, then run again."
     if st.st_uid != 0:
         raise SettingsError(
-            f"{display} is owned by {_who(st.st_uid)}, not root; refusing to write {path} as "
+            f"{display} is owned by {owner_name(st.st_uid)}, not root; refusing to write {path} as "
             f"root through a directory another account controls. {fix}"
         )
     if st.st_mode & 0o022:
@@ -600,18 +577,18 @@ def _open_error(exc: OSError, name: str, dfd: int, display: str, owner: str) -> 
     """The SettingsError for a settings file that could not be opened: what is in its place."""
     st = _lstat(name, dfd)
     if exc.errno in (errno.ELOOP, errno.EMLINK) or (st and stat.S_ISLNK(st.st_mode)):
-        by = f" (owned by {_who(st.st_uid)})" if st else ""
+        by = f" (owned by {owner_name(st.st_uid)})" if st else ""
         return SettingsError(
             f"{display} is a symbolic link{by}; refusing to follow it. Remove it (or replace "
             f"it with a regular file owned by {owner}) and run again."
         )
     if st is not None and not stat.S_ISREG(st.st_mode):
         return SettingsError(
-            f"{display} is a {_kind(st.st_mode)}, not a regular file; refusing to use it. "
+            f"{display} is {kind(st.st_mode)}, not a regular file; refusing to use it. "
             "Remove it and run again."
         )
     if exc.errno in (errno.EACCES, errno.EPERM):
-        by = f", owned by {_who(st.st_uid)}" if st else ""
+        by = f", owned by {owner_name(st.st_uid)}" if st else ""
         return SettingsError(
             f"{display} cannot be read by {owner} (permission denied{by}); it was left "
             f"unchanged. Give it to {owner} (or remove it) and run again."
@@ -626,12 +603,12 @@ def _check_settings_file(
     max_size bytes; else SettingsError."""
     if not stat.S_ISREG(st.st_mode):
         raise SettingsError(
-            f"{display} is a {_kind(st.st_mode)}, not a regular file; refusing to use it. "
+            f"{display} is {kind(st.st_mode)}, not a regular file; refusing to use it. "
             "Remove it and run again."
         )
     if account is not None and st.st_uid != account.uid:
         raise SettingsError(
-            f"{display} is owned by {_who(st.st_uid)}, not {owner}; refusing to use it. Give "
+            f"{display} is owned by {owner_name(st.st_uid)}, not {owner}; refusing to use it. Give "
             f"it to {owner} (or remove it) and run again."
         )
     if st.st_nlink != 1:
@@ -705,7 +682,7 @@ def _create_exclusive(dfd: int, make_name: Callable[[], str], display_dir: str) 
         except OSError as exc:
             raise SettingsError(
                 f"{os.path.join(display_dir, name)}: cannot create it as "
-                f"{_who(os.geteuid())}: {exc.strerror}"
+                f"{owner_name(os.geteuid())}: {exc.strerror}"
             ) from None
     raise SettingsError(
         f"{display_dir}: no free name for a new file after {NAME_ATTEMPTS} attempts"

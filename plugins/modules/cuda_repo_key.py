@@ -73,6 +73,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.llamafleet.fleet.plugins.module_utils.safefs import READ_FLAGS, read_fd
 
 MAX_BYTES = 1024 * 1024
 PUBLIC_KEY, PUBLIC_SUBKEY, SECRET_KEY, SECRET_SUBKEY = 6, 14, 5, 7
@@ -193,9 +194,11 @@ def normalise(fpr: str | None) -> str:
 
 
 def read_limited(path: str) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    """At most MAX_BYTES (+1, to tell a larger file) of a file that is not a link, without
+    blocking on a FIFO."""
+    fd = os.open(path, READ_FLAGS)
     try:
-        data = os.read(fd, MAX_BYTES + 1)
+        data: bytes = read_fd(fd, MAX_BYTES)
     finally:
         os.close(fd)
     if len(data) > MAX_BYTES:

@@ -91,30 +91,14 @@ import stat
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-
-DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-
-def _kind(st_mode: int) -> str:
-    for test, name in (
-        (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISDIR, "a directory"),
-    ):
-        if test(st_mode):
-            return name
-    return "not a regular file"
-
-
-def _owner(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
+from ansible_collections.llamafleet.fleet.plugins.module_utils.safefs import (
+    DIR_FLAGS,
+    kind,
+    owner_name,
+)
+from ansible_collections.llamafleet.fleet.plugins.module_utils.safefs import (
+    READ_FLAGS as FILE_FLAGS,
+)
 
 
 def read_file(
@@ -156,7 +140,7 @@ def _open_parent(
         st = os.fstat(fd)
         if st.st_uid not in (0, want_dir_owner):
             out["problem"] = (
-                f"{anchor} is owned by {_owner(st.st_uid)}, not {_owner(want_dir_owner)}"
+                f"{anchor} is owned by {owner_name(st.st_uid)}, not {owner_name(want_dir_owner)}"
             )
             return None
         here = anchor
@@ -169,8 +153,8 @@ def _open_parent(
                     return None
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                     lst = os.lstat(name, dir_fd=fd)
-                    kind, owner = _kind(lst.st_mode), _owner(lst.st_uid)
-                    out["problem"] = f"{here} is {kind} (owned by {owner}); not followed"
+                    what, owner = kind(lst.st_mode), owner_name(lst.st_uid)
+                    out["problem"] = f"{here} is {what} (owned by {owner}); not followed"
                 else:
                     out["problem"] = f"{here}: cannot open: {exc.strerror}"
                 return None
@@ -178,7 +162,7 @@ def _open_parent(
             fd = nfd
             st = os.fstat(fd)
             if st.st_uid not in (want_dir_owner, 0):
-                owner, wanted = _owner(st.st_uid), _owner(want_dir_owner)
+                owner, wanted = owner_name(st.st_uid), owner_name(want_dir_owner)
                 out["problem"] = f"{here} is owned by {owner}, not {wanted}; not read"
                 return None
         kept = True
@@ -200,7 +184,9 @@ def _read_leaf(
     out["exists"] = True
     out["size"] = lst.st_size
     if not stat.S_ISREG(lst.st_mode):
-        out["problem"] = f"{path} is {_kind(lst.st_mode)} (owned by {_owner(lst.st_uid)}); not read"
+        out["problem"] = (
+            f"{path} is {kind(lst.st_mode)} (owned by {owner_name(lst.st_uid)}); not read"
+        )
         return out
     try:
         ffd = os.open(leaf, FILE_FLAGS, dir_fd=fd)
@@ -231,11 +217,11 @@ def _read_leaf(
 def _opened_file_problem(fst: os.stat_result, path: str, uid: int | None, max_size: int) -> str:
     """Why the opened file is not read ("" when it is)."""
     if not stat.S_ISREG(fst.st_mode):
-        return f"{path} is {_kind(fst.st_mode)}; not read"
+        return f"{path} is {kind(fst.st_mode)}; not read"
     if fst.st_nlink != 1:
         return f"{path} has {fst.st_nlink} hard links; not read"
     if uid is not None and fst.st_uid != uid:
-        return f"{path} is owned by {_owner(fst.st_uid)}, not {_owner(uid)}; not read"
+        return f"{path} is owned by {owner_name(fst.st_uid)}, not {owner_name(uid)}; not read"
     if fst.st_size > max_size:
         return f"{path} is {fst.st_size} bytes, more than the {max_size} read; not read"
     return ""

@@ -94,6 +94,10 @@ def _collection_root() -> Path:
 COLLECTIONS_ROOT = _collection_root()
 os.environ["ANSIBLE_COLLECTIONS_PATH"] = str(COLLECTIONS_ROOT)
 sys.path.insert(0, str(COLLECTIONS_ROOT))
+# a module a test runs as a program (python MODULE.py ARGS) imports its module_utils the same way
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    filter(None, [str(COLLECTIONS_ROOT), os.environ.get("PYTHONPATH")])
+)
 
 
 def plugin_path(kind: str, name: str) -> Path:

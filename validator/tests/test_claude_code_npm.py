@@ -212,7 +212,7 @@ def test_wrapper_with_link_or_dependencies_refused(mod: ModuleType, box: Any) ->
         ],
     )
     params = dict(box.params, wrapper_tarball=str(linked), integrity=_sri(linked))
-    with pytest.raises(mod.InstallError, match="link or special"):
+    with pytest.raises(mod.InstallError, match=r"refused: .*links are refused"):
         mod.run(FakeModule(**params))
     deps = _wrapper(box.root / "deps.tgz", dependencies={"left-pad": "1"})
     params = dict(box.params, wrapper_tarball=str(deps), integrity=_sri(deps))
@@ -235,3 +235,26 @@ def test_link_replacement_rules(mod: ModuleType, box: Any) -> None:
     link.write_text("#!/bin/sh\n")
     with pytest.raises(mod.InstallError, match="not a symbolic link"):
         mod.run(FakeModule(**box.params))
+
+
+def test_wrapper_entry_outside_package_or_a_device_is_refused(mod: ModuleType, box: Any) -> None:
+    """The wrapper is unpacked by root: every entry passes the collection's one tar check
+    (safetar.member_problem), so a path climbing out of package/ or a FIFO is refused."""
+    for name, want in (("package/../../etc/cron.d/x", r"'\.\.' path"), ("other/x", "outside")):
+        bad = _tgz(
+            box.root / "bad.tgz",
+            [
+                (
+                    "package/package.json",
+                    _pkg_json(PKG, bin={"claude": "bin/claude.exe"}),
+                    0o644,
+                    None,
+                ),
+                ("package/bin/claude.exe", b"stub\n", 0o755, None),
+                (name, b"* * * * * root id\n", 0o644, None),
+            ],
+        )
+        params = dict(box.params, wrapper_tarball=str(bad), integrity=_sri(bad))
+        with pytest.raises(mod.InstallError, match=want):
+            mod.run(FakeModule(**params))
+        assert not (box.root / "etc").exists()

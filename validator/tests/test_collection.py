@@ -21,15 +21,18 @@ import pytest
 import yaml
 
 import llamafleet
-from conftest import PLUGINS, REPO
+from conftest import PLUGINS, REPO, load_ansible_plugin
 
 GALAXY = yaml.safe_load((REPO / "galaxy.yml").read_text(encoding="utf-8"))
 BIN = Path(sys.executable).parent
 
 
 def _env(home: Path) -> dict[str, str]:
-    """An environment with nothing of this checkout in it: no ANSIBLE_* variable, its own HOME."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    """An environment with nothing of this checkout in it: no ANSIBLE_* variable, no PYTHONPATH,
+    its own HOME."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_") and k != "PYTHONPATH"
+    }
     return env | {"HOME": str(home), "ANSIBLE_NOCOLOR": "1", "PATH": f"{BIN}:/usr/bin:/bin"}
 
 
@@ -72,8 +75,9 @@ def test_module_utils_imports_resolve_to_the_collections_own_files() -> None:
         text = path.read_text()
         for name in re.findall(r"^\s*from (ansible_collections\.\S+) import", text, re.M):
             assert name.startswith(prefix), (path, name)
-            target = REPO.joinpath(*name[len(prefix) :].split(".")).with_suffix(".py")
-            assert target.is_file(), (path, name)
+            target = REPO.joinpath(*name[len(prefix) :].split("."))
+            # a module (from ...module_utils.safefs import x) or a package's module (import safefs)
+            assert target.with_suffix(".py").is_file() or target.is_dir(), (path, name)
         for name in re.findall(r"^\s*from ansible\.module_utils\.(\w+)", text, re.M):
             # only ansible-core's own module_utils by that name
             assert name in ("basic", "urls", "parsing", "common", "six"), (path, name)
@@ -217,3 +221,40 @@ def test_the_tarball_installs_into_an_empty_project_and_runs_by_fqcn(
         check=False,
     )
     assert again.returncode != 0 and "llamafleet_address_kind" in again.stdout + again.stderr
+
+
+def test_one_import_guard_for_the_validator_package() -> None:
+    """Every controller-side plugin says the same thing when the validator package is missing,
+    from plugin_utils/validator.py; none keeps a wording of its own."""
+    from ansible.errors import AnsibleFilterError
+
+    guard = load_ansible_plugin(PLUGINS / "plugin_utils" / "validator.py")
+    guard.require(None, AnsibleFilterError)  # the package is there: nothing
+    with pytest.raises(AnsibleFilterError, match=r"pip install \./validator .*: No module named"):
+        guard.require(ImportError("No module named 'llamafleet'"), AnsibleFilterError)
+    for path in [*PLUGINS.glob("filter/*.py"), *PLUGINS.glob("action/*.py")]:
+        text = path.read_text(encoding="utf-8")
+        assert "pip install" not in text, path
+        if "from llamafleet" in text or "import llamafleet" in text:
+            assert "plugin_utils.validator import" in text, path
+
+
+def test_the_hosts_gguf_reader_is_the_validators(tmp_path: Path) -> None:
+    """plugins/module_utils/gguf_header.py (the gguf_metadata module's reader, on the hosts) is
+    validator/src/llamafleet/gguf_header.py with a line saying so: they cannot drift."""
+    sys.path.insert(0, str(REPO / "validator" / "tools"))
+    try:
+        import gen_module_utils
+    finally:
+        sys.path.pop(0)
+    assert gen_module_utils.main(["--check"]) == 0
+    (copy, source), *_ = gen_module_utils.COPIES.items()
+    stale = tmp_path / "gguf_header.py"
+    stale.write_text(
+        copy.read_text(encoding="utf-8").replace("MAX_TENSOR_DIMS = 4", "MAX_TENSOR_DIMS = 8")
+    )
+    gen_module_utils.COPIES[stale] = source
+    try:
+        assert gen_module_utils.main(["--check"]) == 1
+    finally:
+        del gen_module_utils.COPIES[stale]

@@ -82,6 +82,10 @@ def test_a_variant_can_run_the_playbooks_of_another_commit(tmp_path: Path) -> No
     ).stdout
     assert (tree / "playbooks" / "rollout.yml").read_text() == committed
     assert (tree / "ansible.cfg").is_file()
+    # that commit's own collection, installed into the tree (not this checkout's)
+    installed = tree / ".ansible" / "collections"
+    assert not installed.is_symlink()
+    assert (installed / "ansible_collections" / "llamafleet" / "fleet" / "MANIFEST.json").is_file()
     with pytest.raises(sim.SimError, match="not a commit"):
         sim.tree_of("no-such-ref-anywhere", tmp_path / "other")
 
