@@ -21,7 +21,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 TESTHOST := testbed/testhost.sh
 
-.PHONY: help bootstrap collection site site-down test test-quick test-phases lint unit molecule bench clean \
+.PHONY: help bootstrap collection sanity site site-down test test-quick test-phases lint unit molecule bench clean \
 	fleet-sim fleet-sim-ci images ph-lint ph-unit ph-images ph-default ph-cuda ph-claude ph-pool \
 	ph-fleet ph-fleet-sim
 
@@ -148,6 +148,23 @@ lint: $(VENV)/.stamp
 	  && $(BIN)/python tools/gen_module_utils.py --check)
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint --offline
+	$(MAKE) --no-print-directory sanity
+
+# ansible-test sanity on an installed copy of the collection (ansible-test wants it under
+# ansible_collections/NAMESPACE/NAME): the tests that need no virtual environment of their own.
+# The others (ansible-doc, import, pylint, validate-modules, yamllint, ...) first download
+# ansible-test's pip bootstrap script from the internet; tests/sanity/README.md says which, and
+# validator/tests/test_collection.py reads every module's documentation through ansible-doc.
+SANITY_TESTS := action-plugin-docs compile empty-init line-endings no-assert no-get-exception \
+	no-illegal-filenames no-smart-quotes shebang symlinks use-argspec-type-path \
+	use-compat-six
+sanity: collection
+	# (not below a directory whose name starts with a dot: ansible-test then skips every file)
+	d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT
+	$(BIN)/ansible-galaxy collection install --force --no-deps -p "$$d" . >/dev/null 2>&1
+	cd "$$d/ansible_collections/llamafleet/fleet" && $(BIN)/ansible-test sanity --local \
+	  --python "$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')" \
+	  $(foreach t,$(SANITY_TESTS),--test $(t))
 
 unit: $(VENV)/.stamp
 	# promtool and mtail for the monitoring role's rule and mtail tests (from the Debian packages)

@@ -49,7 +49,8 @@ def repo_scrub(url: Any) -> str:
     if not _has_credentials(text):
         return text
     parts = _authority(text)
-    assert parts is not None
+    if parts is None:
+        raise AssertionError("expected parts is not None")
     scheme, userinfo, host, tail = parts
     keep = "" if scheme.lower() in ("http", "https") else userinfo.split(":", 1)[0] + "@"
     return f"{scheme}://{keep}{host}{tail}"

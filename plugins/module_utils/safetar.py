@@ -687,7 +687,8 @@ def record(
     with _locked(directory):
         data = load_index(directory)
         builds = data["builds"]
-        assert isinstance(builds, dict)
+        if not isinstance(builds, dict):
+            raise AssertionError("expected isinstance(builds, dict)")
         per_platform = builds.get(platform)
         if not isinstance(per_platform, dict):
             per_platform = builds[platform] = {}

@@ -757,7 +757,8 @@ def _replace(
             display_dir=display_dir,
             keep_open=True,
         )
-        assert fd is not None  # keep_open: the new file stays open
+        if fd is None:
+            raise AssertionError("keep_open: the new file stays open")
         try:
             ours = os.fstat(fd)
             try:
@@ -864,6 +865,13 @@ def _backup(dfd: int, name: str, raw: bytes, owner: tuple[int, int], dirpath: st
     return backup
 
 
+def _opened(fd: int | None, why: str) -> int:
+    """A descriptor that the code before has opened (``why``), or AssertionError."""
+    if fd is None:
+        raise AssertionError(why)
+    return fd
+
+
 def update_settings(
     path: str,
     opts: Mapping[str, Any],
@@ -910,7 +918,7 @@ def update_settings(
         if check_mode:
             return result
 
-        assert dfd is not None  # None only in check mode or read_only, which returned above
+        dfd = _opened(dfd, "None only in check mode or read_only, which returned above")
         if content_changed:
             if st is not None and opts["backup"]:
                 backup_owner = owner if account is not None else (st.st_uid, st.st_gid)
@@ -920,7 +928,9 @@ def update_settings(
                 dfd, name, _dump(data).encode("utf-8"), mode=mode, owner=owner, display_dir=dirpath
             )
         elif attrs_changed:
-            assert st is not None and fd is not None  # attributes change on an existing file
+            fd = _opened(fd, "attributes change on an existing file")
+            if st is None:
+                raise AssertionError("attributes change on an existing file")
             if st.st_uid != uid or st.st_gid != gid:
                 os.fchown(fd, *owner)
             os.fchmod(fd, mode)

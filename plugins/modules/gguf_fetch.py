@@ -694,7 +694,8 @@ def _download(
 ) -> tuple[int | None, int]:
     total = _remote_size(p, result)
     if total is not None and have > total:
-        assert pfd is not None  # have > 0 is the size of an open partial file
+        if pfd is None:
+            raise AssertionError("have > 0 is the size of an open partial file")
         os.ftruncate(pfd, 0)
         have = 0
     check_space(total, have)

@@ -84,7 +84,8 @@ def run(argv: list[str], dest: str, names: list[str]) -> dict[str, str]:
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, cwd="/"
         )
         stdout = proc.stdout
-        assert stdout is not None
+        if stdout is None:
+            raise AssertionError("expected stdout is not None")
 
         def tar_ok() -> None:
             stdout.read()

@@ -16,6 +16,7 @@ import sys
 import tarfile
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -258,3 +259,18 @@ def test_the_hosts_gguf_reader_is_the_validators(tmp_path: Path) -> None:
         assert gen_module_utils.main(["--check"]) == 1
     finally:
         del gen_module_utils.COPIES[stale]
+
+
+def test_each_action_plugin_has_a_documentation_module_with_its_options() -> None:
+    """ansible-doc and the sanity test action-plugin-docs read an action plugin's documentation
+    from the module of the same name: its options are exactly what the plugin accepts."""
+    for plugin in sorted((PLUGINS / "action").glob("*.py")):
+        doc_module = PLUGINS / "modules" / plugin.name
+        assert doc_module.is_file(), f"{plugin.name}: no plugins/modules/{plugin.name}"
+        source = doc_module.read_text(encoding="utf-8")
+        assert "def main" not in source and "AnsibleModule" not in source, doc_module
+        namespace: dict[str, Any] = {}
+        exec(source, namespace)  # the file holds documentation strings only (checked above)
+        options = set(yaml.safe_load(namespace["DOCUMENTATION"])["options"])
+        accepted = set(load_ansible_plugin(plugin)._ARGS)
+        assert options == accepted, (plugin.name, options ^ accepted)
