@@ -37,6 +37,16 @@ def _env(home: Path) -> dict[str, str]:
     return env | {"HOME": str(home), "ANSIBLE_NOCOLOR": "1", "PATH": f"{BIN}:/usr/bin:/bin"}
 
 
+def _tool(
+    name: str, *args: str, cwd: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """One of Ansible's programs from the Python running the tests."""
+    return subprocess.run(
+        [str(BIN / name), *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+
 def test_one_version_for_the_collection_the_validator_and_the_changelog() -> None:
     pyproject = (REPO / "validator" / "pyproject.toml").read_text(encoding="utf-8")
     (packaged,) = re.findall(r'^version = "([^"]+)"', pyproject, re.M)
@@ -184,27 +194,12 @@ def test_the_tarball_installs_into_an_empty_project_and_runs_by_fqcn(
         )
     )
     env = _env(tmp_path)
-    install = subprocess.run(
-        [str(BIN / "ansible-galaxy"), "collection", "install", "--no-deps", str(tarball)],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    install = _tool("ansible-galaxy", "collection", "install", "--no-deps", str(tarball),
+                    cwd=project, env=env)  # fmt: skip
     assert install.returncode == 0, install.stdout + install.stderr
     installed = project / "collections" / "ansible_collections" / "llamafleet" / "fleet"
     assert (installed / "MANIFEST.json").is_file(), install.stdout
-    run = subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", "inventory.yml", "play.yml", "-v"],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    run = _tool("ansible-playbook", "-i", "inventory.yml", "play.yml", "-v", cwd=project, env=env)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert "KIND any" in run.stdout
     (rules,) = re.findall(r"RULES ([A-Z0-9,]*)", run.stdout)
@@ -212,15 +207,7 @@ def test_the_tarball_installs_into_an_empty_project_and_runs_by_fqcn(
     assert "LS007" in rules.split(","), run.stdout[-3000:]
     # the plugins ran from the installed copy, not from this checkout
     shutil.rmtree(installed / "plugins" / "filter")
-    again = subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", "inventory.yml", "play.yml"],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    again = _tool("ansible-playbook", "-i", "inventory.yml", "play.yml", cwd=project, env=env)
     assert again.returncode != 0 and "llamafleet_address_kind" in again.stdout + again.stderr
 
 
