@@ -147,7 +147,9 @@ lint: $(VENV)/.stamp
 	(cd validator && $(BIN)/mypy && $(BIN)/python tools/gen_docs.py --check \
 	  && $(BIN)/python tools/gen_module_utils.py --check)
 	$(BIN)/yamllint -s .
-	$(BIN)/ansible-lint --offline
+	# a home of its own: ansible-lint reads ~/.ansible/collections before this checkout's copy, and a
+	# collection installed there earlier (another llamafleet) would hide this one's new modules
+	h=$$(mktemp -d); HOME=$$h $(BIN)/ansible-lint --offline; rc=$$?; rm -rf "$$h"; exit $$rc
 	$(MAKE) --no-print-directory sanity
 
 # ansible-test sanity on an installed copy of the collection (ansible-test wants it under

@@ -200,6 +200,34 @@ def parse_recap(output: str) -> dict[str, dict[str, int]]:
     return recap
 
 
+_TASK_HEADER = re.compile(r"^(?:TASK|RUNNING HANDLER) \[(?P<title>.*)\] \**$")
+_TASK_RESULT = re.compile(r"^(?:ok|changed|skipping|failed|fatal): \[(?P<host>[^\]\s]+)")
+
+
+def tasks_per_role(output: str, hosts: Sequence[str]) -> dict[str, float]:
+    """How many tasks each host ran, by role (a task's title up to " : ", the FQCN prefix dropped;
+    "play" for the playbook's own tasks), averaged over `hosts`: every task a host executed,
+    skipped ones included (Ansible evaluates those one by one too), a loop counted once. Read
+    from the default callback's output (each TASK header, then one line per host or item)."""
+    seen: set[tuple[int, str]] = set()
+    counts: dict[str, int] = {}
+    wanted = set(hosts)
+    index, role = -1, "play"
+    for line in output.splitlines():
+        head = _TASK_HEADER.match(line)
+        if head:
+            index += 1
+            title = head["title"]
+            role = title.split(" : ", 1)[0].rsplit(".", 1)[-1] if " : " in title else "play"
+            continue
+        hit = _TASK_RESULT.match(line)
+        if hit and index >= 0 and hit["host"] in wanted and (index, hit["host"]) not in seen:
+            seen.add((index, hit["host"]))
+            counts[role] = counts.get(role, 0) + 1
+    n = max(len(wanted), 1)
+    return {r: round(c / n, 1) for r, c in sorted(counts.items(), key=lambda rc: -rc[1])}
+
+
 def host_names(n: int) -> list[str]:
     return [f"{HOST_PREFIX}{i}" for i in range(1, n + 1)]
 
@@ -440,6 +468,9 @@ class RunResult:
     controller_cpu_s: float = -1.0
     # the machine's mean 1-minute load average during the run (2 cores: above 2, runs queue for CPU)
     mean_load: float = -1.0
+    # tasks each host executed (skipped ones included), in all and by role (tasks_per_role)
+    tasks_per_host: float = -1.0
+    tasks_by_role: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -478,7 +509,9 @@ def run_playbook(
     after = {h: link_bytes(h) for h in hosts}
     rx = [after[h][0] - before[h][0] for h in hosts if before[h][0] >= 0 and after[h][0] >= 0]
     tx = [after[h][1] - before[h][1] for h in hosts if before[h][1] >= 0 and after[h][1] >= 0]
-    recap = parse_recap(log.read_text(errors="replace"))
+    text = log.read_text(errors="replace")
+    recap = parse_recap(text)
+    by_role = tasks_per_role(text, hosts)
     mib = 1024 * 1024
     result = RunResult(
         kind=label,
@@ -497,12 +530,15 @@ def run_playbook(
         log=str(log),
         controller_cpu_s=round(cpu, 1),
         mean_load=round(sampler.mean_load, 2),
+        tasks_per_host=round(sum(by_role.values()), 1),
+        tasks_by_role=by_role,
     )
     print(
         f"  {label:6} {seconds:7.1f} s  rc={rc}  controller {result.peak_controller_mib:.0f} MiB, "
         f"{cpu:.0f} CPU s, load {result.mean_load:.1f}  "
         f"each host received {result.host_rx_mib:.2f} MiB  "
-        f"changed hosts {result.changed_hosts}/{len(hosts)}",
+        f"changed hosts {result.changed_hosts}/{len(hosts)}  "
+        f"tasks per host {result.tasks_per_host:.0f}",
         flush=True,
     )
     return result
@@ -762,8 +798,9 @@ def table(measurements: Sequence[dict[str, Any]]) -> str:
     head = (
         "| N | variant | first rollout (shipped build) | no-change re-run | good rollout "
         "| per host (first / re-run) | controller CPU s (first / re-run) | peak controller MiB "
-        "| MiB received per host (first) | re-run changed |\n"
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+        "| MiB received per host (first) | re-run changed | tasks per host (first / re-run) "
+        "| re-run tasks per host by role |\n"
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n"
     )
     rows = []
     for m in sorted(measurements, key=lambda m: (m["n"], m["variant"])):
@@ -791,9 +828,19 @@ def table(measurements: Sequence[dict[str, Any]]) -> str:
         rerun = runs["rerun"]
         changed = f"{rerun['changed_hosts']}/{m['n']}" if rerun else "—"
         note = " (compiled)" if m.get("compiled_during_run") else ""
+        tasks = " / ".join(
+            f"{ok[k]['tasks_per_host']:.0f}"
+            if ok.get(k, {}).get("tasks_per_host", -1) >= 0
+            else "—"
+            for k in ("first", "rerun")
+        )
+        roles = ", ".join(
+            f"{r} {c:g}" for r, c in (ok.get("rerun", {}).get("tasks_by_role") or {}).items()
+        )
         rows.append(
             f"| {m['n']} | {m['variant']}{note} | {cell('first')} | {cell('rerun')} "
-            f"| {cell('good')} | {per_host} | {cpu} | {peak:.0f} | {rx} | {changed} |"
+            f"| {cell('good')} | {per_host} | {cpu} | {peak:.0f} | {rx} | {changed} "
+            f"| {tasks} | {roles or '—'} |"
         )
     return head + "\n".join(rows) + "\n"
 

@@ -114,6 +114,24 @@ def test_recap_is_read_from_the_last_play_recap() -> None:
     assert sim.parse_recap("no recap here") == {}
 
 
+def test_tasks_are_counted_per_host_and_role_from_real_output() -> None:
+    """A real excerpt of the default scenario's converge (fixtures/ansible-output/README.md): 15
+    task headers, a loop with two items counted once, skipped tasks counted."""
+    text = (ROOT / "validator/tests/fixtures/ansible-output/converge-excerpt.log").read_text()
+    got = sim.tasks_per_role(text, ["lf-default-bookworm"])
+    assert got == {"llama_cpp": 14.0, "llamafleet_common": 1.0}
+    assert sim.tasks_per_role(text, ["lf-default-bookworm", "other"]) == {
+        "llama_cpp": 7.0,
+        "llamafleet_common": 0.5,
+    }
+    assert sim.tasks_per_role(text, ["nobody"]) == {}
+    ms = [_measurement(5, "baseline", {"first": 200.0, "rerun": 100.0})]
+    ms[0]["runs"][1].update(tasks_per_host=15.0, tasks_by_role=got)
+    ms[0]["runs"][0].update(tasks_per_host=120.0)
+    row = sim.table(ms).splitlines()[2]
+    assert row.endswith("| 120 / 15 | llama_cpp 14, llamafleet_common 1 |"), row
+
+
 def _role_defaults() -> set[str]:
     names: set[str] = set()
     for f in ROOT.glob("roles/*/defaults/main.yml"):
@@ -228,9 +246,11 @@ def test_table_rows_and_failed_runs() -> None:
     assert rows[0].startswith("| N | variant | first rollout (shipped build) |")
     assert rows[2] == (
         "| 5 | baseline | 3 min 20 s | 1 min 40 s | 1 min 30 s (failed, rc 2) "
-        "| 40.0 s / 20.0 s | — / — | 105 | 5.2 | 0/5 |"
+        "| 40.0 s / 20.0 s | — / — | 105 | 5.2 | 0/5 | — / — | — |"
     )
-    assert rows[3] == "| 5 | fast | 1 min 40 s | — | — | 20.0 s / — | — / — | 105 | 5.2 | — |"
+    assert rows[3] == (
+        "| 5 | fast | 1 min 40 s | — | — | 20.0 s / — | — / — | 105 | 5.2 | — | — / — | — |"
+    )
     assert rows[4].startswith(
         "| 10 | fast | 2 min 05 s | 30 s | 1 min 01 s | 12.5 s / 3.0 s | 80 / 20 | 110 |"
     )
