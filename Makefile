@@ -141,19 +141,22 @@ ph-fleet-sim:
 
 lint: $(VENV)/.stamp
 	# the Python of the roles (modules, plugins), the playbooks and the test tooling too
-	(cd validator && $(BIN)/ruff check src tests tools ../roles ../plugins ../testbed \
-	  && $(BIN)/ruff format --check src tests tools ../roles ../plugins ../testbed)
+	(cd validator && $(BIN)/ruff check src tests tools ../roles ../plugins ../testbed ../tests \
+	  && $(BIN)/ruff format --check src tests tools ../roles ../plugins ../testbed ../tests)
 	# mypy: the same files (validator/pyproject.toml names them); the rule pages are generated
 	(cd validator && $(BIN)/mypy && $(BIN)/python tools/gen_docs.py --check \
 	  && $(BIN)/python tools/gen_module_utils.py --check)
 	$(BIN)/yamllint -s .
 	# a home of its own: ansible-lint reads ~/.ansible/collections before this checkout's copy, and a
 	# collection installed there earlier (another llamafleet) would hide this one's new modules
-	h=$$(mktemp -d); HOME=$$h $(BIN)/ansible-lint --offline; rc=$$?; rm -rf "$$h"; exit $$rc
+	# (one shell per recipe, .ONESHELL: no `exit` here, or the sanity line below never runs)
+	h=$$(mktemp -d); rc=0; HOME=$$h $(BIN)/ansible-lint --offline || rc=$$?; rm -rf "$$h"
+	test $$rc -eq 0
 	$(MAKE) --no-print-directory sanity
 
-# ansible-test sanity on an installed copy of the collection (ansible-test wants it under
-# ansible_collections/NAMESPACE/NAME): the tests that need no virtual environment of their own.
+# ansible-test sanity and units on an installed copy of the collection (ansible-test wants it under
+# ansible_collections/NAMESPACE/NAME): the sanity tests that need no virtual environment of their
+# own, and the unit tests of tests/unit (the plugins' module_utils, by FQCN; pytest-xdist runs them).
 # The others (ansible-doc, import, pylint, validate-modules, yamllint, ...) first download
 # ansible-test's pip bootstrap script from the internet; tests/sanity/README.md says which, and
 # validator/tests/test_collection.py reads every module's documentation through ansible-doc.
@@ -166,7 +169,9 @@ sanity: collection
 	$(BIN)/ansible-galaxy collection install --force --no-deps -p "$$d" . >/dev/null 2>&1
 	cd "$$d/ansible_collections/llamafleet/fleet" && $(BIN)/ansible-test sanity --local \
 	  --python "$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')" \
-	  $(foreach t,$(SANITY_TESTS),--test $(t))
+	  $(foreach t,$(SANITY_TESTS),--test $(t)) \
+	  && $(BIN)/ansible-test units --local \
+	  --python "$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 
 unit: $(VENV)/.stamp
 	# promtool and mtail for the monitoring role's rule and mtail tests (from the Debian packages)

@@ -37,7 +37,7 @@ class PlanInputError(Exception):
 
 def instance_args(suggestion: Any) -> dict[str, Any]:
     """A suggestion (``llamafleet.planner.Suggestion``) as the args of an instance mapping (the
-    names ``llamafleet.argv.render_argv`` renders). ``None``: leave the flag unset. All layers on
+    names ``llamafleet.sources.render_argv`` renders). ``None``: leave the flag unset. All layers on
     the GPU is ``gpu_layers: 99``; the unified slots (llama-server's default: 4 slots sharing one
     KV cache) leave ``parallel`` unset, since an explicit ``-np N`` turns the unified cache off
     (rule LS003)."""

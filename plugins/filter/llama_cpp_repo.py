@@ -8,38 +8,24 @@ import base64
 import re
 from typing import Any
 
+from ansible_collections.llamafleet.fleet.plugins.module_utils.repo_url import (
+    SCHEME,
+)
+from ansible_collections.llamafleet.fleet.plugins.module_utils.repo_url import (
+    authority as _authority,
+)
+from ansible_collections.llamafleet.fleet.plugins.module_utils.repo_url import (
+    has_credentials as _has_credentials,
+)
+
 SECURE_SCHEMES = ("https", "ssh", "git+ssh", "ssh+git", "file")
 INSECURE_SCHEMES = ("http", "git")
-SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 # git's scp-like syntax: [user@]host:path, where no slash comes before the first colon
 SCP_LIKE = re.compile(
     r"(?:(?P<user>[A-Za-z0-9._~-]+)@)?(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):(?!//)"
 )
 
 ACCEPTED = "https://, ssh://, git@host:path, file:// or an absolute local path"
-
-
-def _authority(url: str) -> tuple[str, str, str, str] | None:
-    """(scheme, userinfo or "", host part, rest) of a scheme://authority/... URL, else None."""
-    m = SCHEME.match(url)
-    if not m:
-        return None
-    rest = url[m.end() :]
-    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
-    authority, tail = rest[:end], rest[end:]
-    userinfo, _, host = authority.rpartition("@")
-    return m.group(1), userinfo if "@" in authority else "", host, tail
-
-
-def _has_credentials(url: Any) -> bool:
-    """Whether a URL carries a secret in its userinfo: any userinfo of an http(s) URL (a token is
-    often given as the user name), a password for other schemes."""
-    parts = _authority(str(url))
-    if parts is None or not parts[1]:
-        return False
-    if parts[0].lower() in ("http", "https"):
-        return True
-    return ":" in parts[1]
 
 
 def repo_scrub(url: Any) -> str:

@@ -18,7 +18,6 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.llamafleet.fleet.plugins.plugin_utils.validator import require
 
 try:
-    from llamafleet.argv import render_argv
     from llamafleet.chat_template import (
         RAISES,
         TemplateFixError,
@@ -31,6 +30,7 @@ try:
     from llamafleet.errors import InputError
     from llamafleet.preflight import instance_ignores
     from llamafleet.rules.cross import slot_context_of_argv
+    from llamafleet.sources import render_argv
     from llamafleet.units import UNIT_CONTROL, unit_value_problem
 except ImportError as exc:  # pragma: no cover - reported when the filter is used
     _IMPORT_ERROR: ImportError | None = exc

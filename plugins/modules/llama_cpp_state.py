@@ -123,6 +123,9 @@ import re
 import stat
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.llamafleet.fleet.plugins.module_utils.repo_url import (
+    config_has_credentials,
+)
 from ansible_collections.llamafleet.fleet.plugins.module_utils.safetar import (
     BUILD_NAME,
     UnsafeArchiveError,
@@ -131,8 +134,6 @@ from ansible_collections.llamafleet.fleet.plugins.module_utils.safetar import (
 )
 
 MANIFEST_FORMAT = 2
-# a URL with user information (https://user:token@host/...), as the role's filters find it
-CREDENTIALS = re.compile(r"^\s*url\s*=\s*[A-Za-z][A-Za-z0-9+.-]*://[^/@\s]+@", re.MULTILINE)
 
 
 def _read_json(path: str) -> object:
@@ -159,7 +160,7 @@ def checkout_has_credentials(work_dir: str | None) -> bool:
     except (OSError, UnsafeArchiveError):
         return False
     with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
-        return bool(CREDENTIALS.search(f.read()))
+        return bool(config_has_credentials(f.read()))
 
 
 def _in_use(prefix: str) -> tuple[str, str, dict[str, object], str]:

@@ -6,15 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from llamafleet.argv import (
-    ParseError,
-    parse_argv_list,
-    parse_argv_string,
-    parse_mapping,
-    parse_script,
-    render_argv,
-)
+from llamafleet.argv import ParseError, parse_argv_list
 from llamafleet.refs import ReferencedFiles
+from llamafleet.sources import parse_argv_string, parse_mapping, parse_script, render_argv
 from llamafleet.units import parse_unit
 
 SHORT_FORMS = [

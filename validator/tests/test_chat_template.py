@@ -32,11 +32,11 @@ import pytest
 from conftest import CliResult, plugin_path, run_cli
 from llamafleet import chat_template as ct
 from llamafleet import template_cli
-from llamafleet.argv import parse_argv_string, parse_mapping
 from llamafleet.errors import InputError
 from llamafleet.facts import Facts, apply_facts
 from llamafleet.gguf_meta import model_from_dict
 from llamafleet.refs import AS_NAMED, NEVER, ReferencedFiles
+from llamafleet.sources import parse_argv_string, parse_mapping
 
 pytest.importorskip("jinja2")
 

@@ -10,12 +10,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from llamafleet import __version__
+from llamafleet.cli_options import UsageError, add_referenced_options, referenced_policy
 from llamafleet.config_file import CONFIG_NAMES, find_config
 from llamafleet.errors import SEVERITIES, InputError, InternalError
 
 if TYPE_CHECKING:
     from llamafleet.facts import Facts
-    from llamafleet.refs import ReferencedFiles
 
 # Imports of the check machinery (catalogue, YAML, the planner) happen inside the commands that
 # need them, so each command loads only what it uses.
@@ -35,10 +35,6 @@ EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
 CLIENT_ENV_PREFIXES = ("ANTHROPIC_", "CLAUDE_CODE_", "API_TIMEOUT_MS")
-
-
-class UsageError(Exception):
-    pass
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -136,18 +132,34 @@ def gather_facts(args: argparse.Namespace) -> Facts:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from llamafleet.catalogue import catalogue
-    from llamafleet.engine import Config, Inputs, add_file, exit_code, load_config, run
+    from llamafleet.engine import (
+        Config,
+        Inputs,
+        add_file,
+        exit_code,
+        is_related,
+        load_config,
+        run,
+    )
     from llamafleet.output import FORMATTERS
 
     inputs = Inputs(referenced=referenced_policy(args))
+    passed_over = 0
     for path in args.files:
-        add_file(inputs, path, _read(path))
+        text = _read(path)
+        if args.skip_unrelated and not is_related(path, text):
+            passed_over += 1
+            continue
+        add_file(inputs, path, text)
     for scope in ("user", "project", "local", "managed"):
         for path in getattr(args, f"{scope}_settings") or []:
             add_file(inputs, path, _read(path), kind="settings", scope=scope)
     if args.server_argv:
         add_file(inputs, "<argv>", " ".join(_quote(a) for a in args.server_argv), kind="argv")
     if not inputs.texts:
+        if passed_over:
+            print(f"nothing to check: {passed_over} file(s) passed over (--skip-unrelated)")
+            return 0
         raise UsageError("nothing to check: give files, or llama-server flags after --")
     facts = gather_facts(args)
     config = Config()
@@ -171,6 +183,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             raise UsageError(f"--select: unknown rule id(s) {', '.join(bad)}")
     result = run(inputs, facts, config, env, only)
     text = FORMATTERS[args.format](result)
+    if passed_over and args.format == "human":
+        text += f"{passed_over} file(s) passed over: nothing about llama-server or Claude Code\n"
     if args.output:
         with open(args.output, "w", encoding="utf-8") as fh:
             fh.write(text)
@@ -186,40 +200,6 @@ def _discover_config() -> str | None:
     except OSError:  # the current directory was removed: no config to find
         return None
     return find_config(cwd)
-
-
-def referenced_policy(args: argparse.Namespace) -> ReferencedFiles:
-    """The referenced-files policy of --referenced-dir / --read-referenced (default: never)."""
-    from llamafleet.refs import NEVER, ReferencedFiles
-
-    if getattr(args, "read_referenced", False):
-        return ReferencedFiles(as_named=True)
-    directory = getattr(args, "referenced_dir", None)
-    if directory is not None:
-        if not os.path.isdir(directory):
-            raise UsageError(f"--referenced-dir {directory}: not a directory")
-        return ReferencedFiles(directory=directory)
-    return NEVER
-
-
-def add_referenced_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group(
-        "files named inside the inputs (EnvironmentFile=, LoadCredential=NAME:PATH, "
-        "--api-key-file); by default none is opened: an input may come from another machine, "
-        "and rules that need such a file stay silent as when it is missing"
-    ).add_mutually_exclusive_group()
-    g.add_argument(
-        "--referenced-dir",
-        metavar="DIR",
-        help="look a named file up only as DIR/<its basename> (e.g. a scratch directory with "
-        "copies of the key files)",
-    )
-    g.add_argument(
-        "--read-referenced",
-        action="store_true",
-        help="open the named files as named, on this machine (checking this machine's own "
-        "units); regular files of at most 1 MiB only",
-    )
 
 
 def _quote(word: str) -> str:
@@ -333,6 +313,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         action="append",
         metavar="KEY=VALUE",
         help="a client environment variable (lowest precedence)",
+    )
+    c.add_argument(
+        "--skip-unrelated",
+        action="store_true",
+        help="pass over a file that names neither llama-server nor Claude Code (a shell script "
+        "of something else) instead of reporting it (LF002); a file that names them and cannot "
+        "be read is still reported. For hooks over every file of a kind (.pre-commit-hooks.yaml)",
     )
     add_referenced_options(c)
     _add_fact_options(c)

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from llamafleet.argv import ParseError, ServerConfig, parse_argv_string, parse_mapping
+from llamafleet.argv import ParseError, ServerConfig
 from llamafleet.catalogue import RuleInfo, catalogue
 from llamafleet.errors import SEVERITIES, InputError, InternalError
 from llamafleet.facts import Facts
@@ -240,6 +240,28 @@ def _detect(path: str, text: str) -> str:
     return "shell"
 
 
+#: what a file about llama-server or its clients names somewhere: the program (any of its names,
+#: the pre-2024 ``server`` with a model), its environment options, llama.cpp's images, or Claude
+#: Code's environment
+_RELATED = re.compile(
+    r"llama[-_.]?(?:server|cpp)|LLAMA_ARG_|ANTHROPIC_|CLAUDE_CODE_|"
+    r"(?:^|[\s/\\'\"])server(?:\.exe)?[\s\"']+(?:[^\n]*\s)?(?:-m|--model)\b",
+    re.IGNORECASE | re.MULTILINE,
+)
+
+
+def is_related(path: str, text: str) -> bool:
+    """Whether ``text`` (of ``path``) has anything to do with llama-server or Claude Code: a
+    settings file always has; another file when it names one of them (``_RELATED``). A file
+    that names llama-server but cannot be read stays LF002; only a file that names neither (a
+    JSON file not named like a settings file, without Claude Code's environment) is
+    passed over by ``llamafleet check --skip-unrelated`` (what a pre-commit hook over every
+    shell script of a repository needs)."""
+    base = os.path.basename(path.lower())
+    named = base.endswith(".json") and "settings" in base
+    return named or _RELATED.search(text) is not None
+
+
 def _is_mapping_doc(data: Any) -> bool:
     return isinstance(data, dict) and ("llama_server_instances" in data or "args" in data)
 
@@ -332,6 +354,8 @@ def _add(
     elif kind in ("mapping", "yaml", "compose"):
         _yaml(inputs, path, text, kind)
     elif kind == "argv":
+        from llamafleet.sources import parse_argv_string
+
         inputs.servers.append(parse_argv_string(text, path))
     elif kind == "haproxy":
         from llamafleet.readers.haproxy import read_haproxy
@@ -443,6 +467,7 @@ _KIND_HINTS = {
 
 def _parse_mapping_doc(data: Any, path: str) -> list[ServerConfig]:
     from llamafleet.safeyaml import YMap, plain
+    from llamafleet.sources import parse_mapping
 
     if not isinstance(data, dict):
         raise ParseError("expected a mapping", 1)

@@ -23,10 +23,11 @@ import sys
 from typing import Any
 
 from llamafleet import planner
-from llamafleet.argv import ParseError, ServerConfig, parse_argv_list, parse_script
+from llamafleet.argv import ParseError, ServerConfig, parse_argv_list
 from llamafleet.gguf_meta import GGUFError, ModelFacts, load_model_meta, mmproj_bytes
 from llamafleet.planner import DEFAULT_MARGIN_MIB, Plan, PlanError, Suggestion
 from llamafleet.refs import AS_NAMED, ReferencedFiles
+from llamafleet.sources import parse_script
 from llamafleet.units import parse_unit
 
 EXIT_OK, EXIT_NO_FIT, EXIT_USAGE = 0, 1, 2
@@ -92,7 +93,7 @@ def register(subparsers: Any) -> None:
         help="shell/.cmd script or systemd unit that starts llama-server; flags after "
         "-- are added after it (and win)",
     )
-    from llamafleet.cli import add_referenced_options
+    from llamafleet.cli_options import add_referenced_options
 
     add_referenced_options(p)
     p.add_argument(
@@ -141,7 +142,7 @@ def _load_config(args: argparse.Namespace) -> ServerConfig:
 
 
 def _referenced(args: argparse.Namespace) -> ReferencedFiles:
-    from llamafleet.cli import UsageError, referenced_policy
+    from llamafleet.cli_options import UsageError, referenced_policy
 
     try:
         return referenced_policy(args)

@@ -9,7 +9,12 @@ Compose files.
 
 from __future__ import annotations
 
+from llamafleet.readers import common
 from llamafleet.readers.common import ClientEnv, EnvValue, Listener, ReadResult
+from llamafleet.readers.shell import ShellReader
+
+# a unit's or a container's `sh -c` is read by the shell reader, which builds on common
+common.SHELL_READER = ShellReader
 
 __all__ = ["ClientEnv", "EnvValue", "Listener", "ReadResult", "read_compose", "read_script"]
 

@@ -235,6 +235,12 @@ def basename(word: str) -> str:
 
 Nested = Callable[[str, int], None]
 
+#: the shell reader (:class:`llamafleet.readers.shell.ShellReader`), which reads a unit's or a
+#: container's ``sh -c`` for a collector that has no shell of its own. The readers package sets it
+#: when it is imported (always before this module is used): the shell reader builds on this
+#: module, so this module does not import it.
+SHELL_READER: Callable[[Collector], object] | None = None
+
 
 class Collector:
     """Gathers what one file holds; :meth:`command` looks at one command."""
@@ -389,9 +395,9 @@ class Collector:
         if tok.unknown or self._depth > 4:
             return
         if self.nested_shell is None:  # a unit's or a container's `sh -c`
-            from llamafleet.readers.shell import ShellReader
-
-            ShellReader(self)  # it reads nested scripts from now on
+            if SHELL_READER is None:  # pragma: no cover - set by the readers package
+                raise RuntimeError("llamafleet.readers did not set its shell reader")
+            SHELL_READER(self)  # it reads nested scripts from now on
         assert self.nested_shell is not None
         self._depth += 1
         try:

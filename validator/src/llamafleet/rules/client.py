@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlunsplit
 
-from llamafleet.rules import Context, Hit, rule
+from llamafleet.rules.base import Context, Hit, rule
 from llamafleet.rules.server import is_any_address, is_loopback
 from llamafleet.settings import TOKEN_KEYS, Client, SettingsFile, truthy
 from llamafleet.slots import slots

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from llamafleet.argv import ServerConfig, parse_argv_list
 from llamafleet.gguf_meta import ModelFacts
 from llamafleet.refs import NEVER, ReferencedFiles
-from llamafleet.rules import Context, Hit, rule
+from llamafleet.rules.base import Context, Hit, rule
 from llamafleet.rules.client import _where
 from llamafleet.rules.server import is_any_address, is_loopback
 from llamafleet.settings import Client, truthy

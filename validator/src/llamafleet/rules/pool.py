@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from llamafleet.rules import Context, Hit, rule
+from llamafleet.rules.base import Context, Hit, rule
 from llamafleet.rules.cross import (
     _addresses,
     _is_host,

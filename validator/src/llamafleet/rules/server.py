@@ -10,7 +10,7 @@ from llamafleet.argv import Option, ServerConfig, validate_value
 from llamafleet.facts import Facts
 from llamafleet.flags import TURBO_CACHE_TYPES, UNQUANTIZED_CACHE_TYPES, table
 from llamafleet.gguf_meta import mmproj_bytes
-from llamafleet.rules import Context, Hit, rule
+from llamafleet.rules.base import Context, Hit, rule
 from llamafleet.slots import context_size as _context_size
 from llamafleet.slots import request_context, slot_layout, slots
 

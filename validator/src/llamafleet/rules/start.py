@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from llamafleet.argv import Refusal, ServerConfig, is_server_binary
-from llamafleet.rules import Context, Hit, rule
+from llamafleet.rules.base import Context, Hit, rule
 
 #: How each kind of file continues a command on the next line.
 CONTINUATION = {"cmd": "^", "powershell": "`"}
