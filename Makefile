@@ -161,7 +161,7 @@ lint: $(VENV)/.stamp
 # ansible-test's pip bootstrap script from the internet; tests/sanity/README.md says which, and
 # validator/tests/test_collection.py reads every module's documentation through ansible-doc.
 SANITY_TESTS := action-plugin-docs compile empty-init line-endings no-assert no-get-exception \
-	no-illegal-filenames no-smart-quotes shebang symlinks use-argspec-type-path \
+	no-illegal-filenames no-smart-quotes replace-urlopen shebang symlinks use-argspec-type-path \
 	use-compat-six
 sanity: collection
 	# (not below a directory whose name starts with a dot: ansible-test then skips every file)

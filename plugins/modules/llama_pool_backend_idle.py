@@ -44,13 +44,13 @@ waited: {description: Seconds waited.}
 import json  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
-import ssl  # noqa: E402
 import time  # noqa: E402
 import urllib.error  # noqa: E402
-import urllib.request  # noqa: E402
 from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.urls import ConnectionError as UrlsError  # noqa: E402
+from ansible.module_utils.urls import open_url  # noqa: E402
 
 _METRIC = re.compile(r"^llamacpp:(requests_processing|requests_deferred)\s+([0-9.eE+-]+)\s*$", re.M)
 
@@ -89,10 +89,21 @@ def parse_slots(text: str) -> tuple[int, int]:
     return sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing")), 0
 
 
-def fetch(url: str, key: str, context: ssl.SSLContext | None) -> str:
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+def fetch(url: str, key: str, ca_path: str | None) -> str:
+    """The body of url (at most 4 MiB). https: verified against ca_path (else the system's CAs);
+    never through a proxy, never with ~/.netrc's credentials, no redirect followed: the key goes
+    to the instance and nowhere else."""
     try:
-        with urllib.request.urlopen(req, timeout=10, context=context) as r:  # the role's URL
+        with open_url(  # the role's URL
+            url,
+            headers={"Authorization": f"Bearer {key}"} if key else {},
+            timeout=10,
+            ca_path=ca_path or None,
+            validate_certs=True,
+            use_proxy=False,
+            use_netrc=False,
+            follow_redirects="none",
+        ) as r:
             body: bytes = r.read(4 * 1024 * 1024)
             return body.decode("utf-8", "replace")
     except urllib.error.HTTPError as e:
@@ -103,14 +114,14 @@ def fetch(url: str, key: str, context: ssl.SSLContext | None) -> str:
         raise
 
 
-def look(base: str, key: str, context: ssl.SSLContext | None) -> tuple[str, int, int]:
+def look(base: str, key: str, ca_path: str | None) -> tuple[str, int, int]:
     """(source, processing, deferred): /metrics, else /slots."""
     try:
-        return ("metrics", *parse_metrics(fetch(base + "/metrics", key, context)))
+        return ("metrics", *parse_metrics(fetch(base + "/metrics", key, ca_path)))
     except NotServedError:
         pass
     try:
-        return ("slots", *parse_slots(fetch(base + "/slots", key, context)))
+        return ("slots", *parse_slots(fetch(base + "/slots", key, ca_path)))
     except NotServedError:
         raise NotServedError(
             f"{base} serves neither /metrics nor /slots: turn on metrics (the llama_server "
@@ -135,12 +146,12 @@ def run(module: AnsibleModule) -> dict[str, Any]:
     if module.check_mode:
         return {"changed": False, "serving": None, "source": "none", "waited": 0}
     base = p["url"].rstrip("/")
-    context = None
+    ca_path = None
     if base.startswith("https://"):
         if p["ca_path"] and not os.path.exists(p["ca_path"]):
             # the llama_server role writes the CA with the instance: never set up, nothing in flight
             return _not_serving(base, 0.0, f"its CA file {p['ca_path']} does not exist yet")
-        context = ssl.create_default_context(cafile=p["ca_path"] or None)
+        ca_path = p["ca_path"] or None
     unread = ""
     try:
         key = read_key(p["key_file"])
@@ -151,10 +162,10 @@ def run(module: AnsibleModule) -> dict[str, Any]:
     while True:
         waited = time.monotonic() - start
         try:
-            source, processing, deferred = look(base, key, context)
+            source, processing, deferred = look(base, key, ca_path)
         except (NotServedError, RefusedError) as e:
             module.fail_json(msg=str(e) + unread)
-        except (urllib.error.URLError, OSError) as e:
+        except (urllib.error.URLError, UrlsError, OSError) as e:
             # not answering: stopped or restarting, so nothing is in flight
             return _not_serving(base, waited, f"it does not answer ({getattr(e, 'reason', e)})")
         if processing == 0 and deferred == 0:

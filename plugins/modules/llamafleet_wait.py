@@ -46,9 +46,10 @@ import ssl  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
 import urllib.error  # noqa: E402
-import urllib.request  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.urls import ConnectionError as UrlsError  # noqa: E402
+from ansible.module_utils.urls import open_url  # noqa: E402
 
 
 def unit_state(unit: str) -> dict[str, str]:
@@ -61,24 +62,33 @@ def unit_state(unit: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
-def tls_context(ca_path: str | None) -> ssl.SSLContext:
-    """Certificate and host name verified, against ca_path (else the system's CAs)."""
-    ctx = ssl.create_default_context(cafile=ca_path or None)
-    ctx.check_hostname = True
-    ctx.verify_mode = ssl.CERT_REQUIRED
-    return ctx
+def check_ca(ca_path: str | None) -> None:
+    """Load the CA file once before polling (raises OSError or ssl.SSLError when it cannot be
+    used), so a bad file is said at once, not as every poll's failure."""
+    if ca_path:
+        ssl.create_default_context(cafile=ca_path)
 
 
-def health(url: str, context: ssl.SSLContext | None = None) -> tuple[int, str]:
-    """The HTTP status of url (0 without an answer) and the error, if any."""
+def health(url: str, ca_path: str | None = None) -> tuple[int, str]:
+    """The HTTP status of url (0 without an answer) and the error, if any. https: certificate
+    and host name verified against ca_path (else the system's CAs). Never through a proxy, never
+    with ~/.netrc's credentials, no redirect followed: it asks this host's own instance."""
     try:
-        with urllib.request.urlopen(url, timeout=5, context=context) as r:  # a URL the role built
+        with open_url(  # a URL the role built
+            url,
+            timeout=5,
+            ca_path=ca_path or None,
+            validate_certs=True,
+            use_proxy=False,
+            use_netrc=False,
+            follow_redirects="none",
+        ) as r:
             return int(r.status), ""
     except urllib.error.HTTPError as e:
         return int(e.code), ""
     except urllib.error.URLError as e:
         return 0, str(e.reason)
-    except (OSError, ValueError) as e:
+    except (UrlsError, OSError, ValueError) as e:
         return 0, str(e)
 
 
@@ -112,12 +122,13 @@ def main() -> None:
     base = int(unit_state(p["unit"]).get("NRestarts", "0") or 0)
     status, st, restarts = 0, {}, 0
     why, error = "", ""
+    https = p["url"].lower().startswith("https:")
     try:
-        context = tls_context(p["ca_path"]) if p["url"].lower().startswith("https:") else None
+        check_ca(p["ca_path"] if https else None)
     except (OSError, ssl.SSLError) as e:
         module.fail_json(msg="cannot load the CA certificate {}: {}".format(p["ca_path"], e))
     while True:
-        status, error = health(p["url"], context)
+        status, error = health(p["url"], p["ca_path"] if https else None)
         elapsed = round(time.monotonic() - start, 1)
         st = unit_state(p["unit"])
         restarts = int(st.get("NRestarts", "0") or 0) - base
