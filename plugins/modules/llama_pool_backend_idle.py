@@ -49,8 +49,10 @@ import urllib.error  # noqa: E402
 from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.urls import ConnectionError as UrlsError  # noqa: E402
-from ansible.module_utils.urls import open_url  # noqa: E402
+from ansible_collections.llamafleet.fleet.plugins.module_utils.instance_http import (  # noqa: E402
+    UrlsError,
+    open_instance,
+)
 
 _METRIC = re.compile(r"^llamacpp:(requests_processing|requests_deferred)\s+([0-9.eE+-]+)\s*$", re.M)
 
@@ -90,20 +92,10 @@ def parse_slots(text: str) -> tuple[int, int]:
 
 
 def fetch(url: str, key: str, ca_path: str | None) -> str:
-    """The body of url (at most 4 MiB). https: verified against ca_path (else the system's CAs);
-    never through a proxy, never with ~/.netrc's credentials, no redirect followed: the key goes
-    to the instance and nowhere else."""
+    """The body of url (at most 4 MiB); the key goes to the instance only (open_instance)."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
-        with open_url(  # the role's URL
-            url,
-            headers={"Authorization": f"Bearer {key}"} if key else {},
-            timeout=10,
-            ca_path=ca_path or None,
-            validate_certs=True,
-            use_proxy=False,
-            use_netrc=False,
-            follow_redirects="none",
-        ) as r:
+        with open_instance(url, ca_path, timeout=10, headers=headers) as r:  # the role's URL
             body: bytes = r.read(4 * 1024 * 1024)
             return body.decode("utf-8", "replace")
     except urllib.error.HTTPError as e:

@@ -48,8 +48,10 @@ import time  # noqa: E402
 import urllib.error  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.urls import ConnectionError as UrlsError  # noqa: E402
-from ansible.module_utils.urls import open_url  # noqa: E402
+from ansible_collections.llamafleet.fleet.plugins.module_utils.instance_http import (  # noqa: E402
+    UrlsError,
+    open_instance,
+)
 
 
 def unit_state(unit: str) -> dict[str, str]:
@@ -70,19 +72,10 @@ def check_ca(ca_path: str | None) -> None:
 
 
 def health(url: str, ca_path: str | None = None) -> tuple[int, str]:
-    """The HTTP status of url (0 without an answer) and the error, if any. https: certificate
-    and host name verified against ca_path (else the system's CAs). Never through a proxy, never
-    with ~/.netrc's credentials, no redirect followed: it asks this host's own instance."""
+    """The HTTP status of url (0 without an answer) and the error, if any (https: verified
+    against ca_path, else the system's CAs; no proxy, no redirect: open_instance)."""
     try:
-        with open_url(  # a URL the role built
-            url,
-            timeout=5,
-            ca_path=ca_path or None,
-            validate_certs=True,
-            use_proxy=False,
-            use_netrc=False,
-            follow_redirects="none",
-        ) as r:
+        with open_instance(url, ca_path, timeout=5) as r:  # a URL the role built
             return int(r.status), ""
     except urllib.error.HTTPError as e:
         return int(e.code), ""
