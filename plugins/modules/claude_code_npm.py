@@ -67,10 +67,9 @@ options:
     type: list
     elements: path
     default: []
-attributes:
-  check_mode:
-    support: full
 author: llamafleet
+extends_documentation_fragment:
+  - llamafleet.fleet.attributes.check
 """
 
 EXAMPLES = r"""

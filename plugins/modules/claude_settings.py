@@ -106,12 +106,9 @@ options:
         (as O(run_as), no links, no FIFOs, at most O(max_size)). It holds the key: use C(no_log).
     type: bool
     default: false
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
 author: llamafleet
+extends_documentation_fragment:
+  - llamafleet.fleet.attributes.check_diff
 """
 
 EXAMPLES = r"""

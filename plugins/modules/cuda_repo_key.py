@@ -40,12 +40,9 @@ options:
     type: str
     default: present
     choices: [present, verify]
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 author: llamafleet
+extends_documentation_fragment:
+  - llamafleet.fleet.attributes.check
 """
 
 EXAMPLES = r"""

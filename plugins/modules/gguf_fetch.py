@@ -99,12 +99,9 @@ options:
     description: Account (name or uid) whose directories and files below O(base) are taken over by
       root. Empty, root or an unknown account; nothing is taken over and any other owner is refused.
     type: str
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
 author: llamafleet
+extends_documentation_fragment:
+  - llamafleet.fleet.attributes.check_diff
 """
 
 EXAMPLES = r"""

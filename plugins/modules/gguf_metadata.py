@@ -61,12 +61,9 @@ options:
     description: Account whose directories and files below O(base) are taken over by root (see
       M(gguf_fetch)).
     type: str
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
 author: llamafleet
+extends_documentation_fragment:
+  - llamafleet.fleet.attributes.check_diff
 """
 
 EXAMPLES = r"""

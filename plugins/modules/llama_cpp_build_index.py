@@ -76,6 +76,8 @@ options:
     type: list
     elements: str
 author: llamafleet
+extends_documentation_fragment:
+  - llamafleet.fleet.attributes.check
 """
 
 EXAMPLES = r"""

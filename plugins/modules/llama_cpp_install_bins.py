@@ -42,6 +42,8 @@ options:
     type: path
     required: true
 author: llamafleet
+extends_documentation_fragment:
+  - llamafleet.fleet.attributes.none
 """
 
 EXAMPLES = r"""

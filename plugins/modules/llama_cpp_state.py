@@ -67,6 +67,8 @@ options:
     description: The build account's work directory (its checkout is C(<work_dir>/src)).
     type: path
 author: llamafleet
+extends_documentation_fragment:
+  - llamafleet.fleet.attributes.check
 """
 
 EXAMPLES = r"""

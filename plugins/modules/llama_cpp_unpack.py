@@ -56,6 +56,8 @@ options:
     type: str
     default: ""
 author: llamafleet
+extends_documentation_fragment:
+  - llamafleet.fleet.attributes.none
 """
 
 EXAMPLES = r"""

@@ -30,6 +30,9 @@ options:
   ca_path: {type: path, description: CA certificate an https URL's certificate must be signed by.}
   timeout: {type: int, default: 900, description: Seconds to wait in all.}
   interval: {type: float, default: 1.0, description: Seconds between two looks.}
+author: llamafleet
+extends_documentation_fragment:
+  - llamafleet.fleet.attributes.check
 """
 
 RETURN = r"""

@@ -39,6 +39,9 @@ options:
   timeout: {type: int, default: 300, description: Seconds to wait in all.}
   interval: {type: float, default: 1.0, description: Seconds between two looks.}
   missing_ok: {type: bool, default: true, description: A missing socket or server is not an error.}
+author: llamafleet
+extends_documentation_fragment:
+  - llamafleet.fleet.attributes.check
 """
 
 RETURN = r"""

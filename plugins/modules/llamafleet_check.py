@@ -57,12 +57,9 @@ options:
     description: The texts are already on the host (the refusal says so).
     type: bool
     default: false
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 author: llamafleet
+extends_documentation_fragment:
+  - llamafleet.fleet.attributes.check
 """
 
 EXAMPLES = r"""

@@ -23,6 +23,9 @@ options:
     type: str
     default: nvidia-smi
     description: The nvidia-smi command, looked up on C(PATH) unless it is an absolute path.
+author: llamafleet
+extends_documentation_fragment:
+  - llamafleet.fleet.attributes.check
 """
 
 EXAMPLES = r"""

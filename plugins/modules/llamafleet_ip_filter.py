@@ -50,6 +50,8 @@ options:
     default: false
     description: Fail when a filter is not in effect (else warn).
 author: llamafleet
+extends_documentation_fragment:
+  - llamafleet.fleet.attributes.check
 """
 
 EXAMPLES = r"""

@@ -42,12 +42,9 @@ options:
   margin_mib:
     description: Memory to keep free, in MiB (default, the planner's).
     type: int
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 author: llamafleet
+extends_documentation_fragment:
+  - llamafleet.fleet.attributes.check
 """
 
 EXAMPLES = r"""

@@ -37,12 +37,9 @@ options:
     description: The largest file read, in bytes.
     type: int
     default: 1048576
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 author: llamafleet
+extends_documentation_fragment:
+  - llamafleet.fleet.attributes.check
 """
 
 EXAMPLES = r"""

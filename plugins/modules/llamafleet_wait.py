@@ -31,6 +31,9 @@ options:
     default: 2
     description: Automatic restarts during the wait that mean a crash loop.
   journal_lines: {type: int, default: 20, description: Lines of the journal to return on failure.}
+author: llamafleet
+extends_documentation_fragment:
+  - llamafleet.fleet.attributes.check
 """
 
 RETURN = r"""
