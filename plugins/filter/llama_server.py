@@ -277,45 +277,33 @@ def llamafleet_slot_context(argv: Any, model_meta: Any = None) -> int:
     return slot_context_of_argv([str(a) for a in argv], meta) or 0
 
 
-#: what the gguf_models role's fact holds beside the saved metadata.json document
-_DESCRIBED_ONLY = ("dir", "path")
-
-
 def llamafleet_preflight_current(
-    done: Any, build_name: Any, resolved: Any, gguf_models_metadata: Any
+    done: Any, build_name: Any, models_meta: Any, gguf_models_metadata: Any
 ) -> bool:
     """Whether this host's preflight of this run still holds, so the role need not run it again:
     it ran (``done``: the build name it recorded, a string) against the same build
-    (``llama_cpp_build.name``, "" when none), and what the gguf_models role has said since about
-    the models of the resolved instances (``_llama_server_resolved``; its fact
-    ``gguf_models_metadata``) is what the preflight used: each model's saved document as the
-    instance's ``model_meta``, and its file's path as the instance's ``model_path``. Everything
-    else the preflight reads is the same for the whole run: the role's variables, the build's
-    directory (named by its content), the GPU.
+    (``llama_cpp_build.name``, "" when none), and what the gguf_models role has said about the
+    models since (its ``gguf_models_metadata`` fact) changes nothing in the model metadata the
+    preflight read (``_llama_server_models_meta``). Everything else the preflight reads is the
+    same for the whole run: the role's variables, the build's immutable directory, the GPU.
 
     The rollout checks every host's units in a first play and converges them in the next
     (playbooks/rollout.yml): when the models did not change in between, the converge reuses the
     first play's resolved instances and check instead of resolving and checking them again."""
     if not isinstance(done, str) or not isinstance(build_name, str) or done != build_name:
         return False
-    if not isinstance(resolved, list) or not all(isinstance(i, Mapping) for i in resolved):
+    if not isinstance(models_meta, Mapping):
         return False
-    facts = gguf_models_metadata or {}
-    if not isinstance(facts, Mapping):
+    if not gguf_models_metadata:
+        return True
+    if not isinstance(gguf_models_metadata, Mapping):
         return False
-    for inst in resolved:
-        described = facts.get(inst.get("model_name"))
-        if described is None:
-            continue  # not placed by gguf_models in this run: the preflight read its file
-        used = inst.get("model_meta")
-        if not isinstance(described, Mapping) or not isinstance(used, Mapping):
-            return False
-        if "path" in described and described["path"] != inst.get("model_path"):
-            return False
-        for key, value in described.items():
-            if key not in _DESCRIBED_ONLY and used.get(key) != value:
-                return False
-    return True
+    return all(
+        isinstance(models_meta.get(name), Mapping)
+        and isinstance(meta, Mapping)
+        and {k: models_meta[name].get(k) for k in meta} == dict(meta)
+        for name, meta in gguf_models_metadata.items()
+    )
 
 
 class FilterModule:
