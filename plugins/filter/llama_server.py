@@ -277,39 +277,9 @@ def llamafleet_slot_context(argv: Any, model_meta: Any = None) -> int:
     return slot_context_of_argv([str(a) for a in argv], meta) or 0
 
 
-def llamafleet_preflight_current(
-    done: Any, build_name: Any, models_meta: Any, gguf_models_metadata: Any
-) -> bool:
-    """Whether this host's preflight of this run still holds, so the role need not run it again:
-    it ran (``done``: the build name it recorded, a string) against the same build
-    (``llama_cpp_build.name``, "" when none), and what the gguf_models role has said about the
-    models since (its ``gguf_models_metadata`` fact) changes nothing in the model metadata the
-    preflight read (``_llama_server_models_meta``). Everything else the preflight reads is the
-    same for the whole run: the role's variables, the build's immutable directory, the GPU.
-
-    The rollout checks every host's units in a first play and converges them in the next
-    (playbooks/rollout.yml): when the models did not change in between, the converge reuses the
-    first play's resolved instances and check instead of resolving and checking them again."""
-    if not isinstance(done, str) or not isinstance(build_name, str) or done != build_name:
-        return False
-    if not isinstance(models_meta, Mapping):
-        return False
-    if not gguf_models_metadata:
-        return True
-    if not isinstance(gguf_models_metadata, Mapping):
-        return False
-    return all(
-        isinstance(models_meta.get(name), Mapping)
-        and isinstance(meta, Mapping)
-        and {k: models_meta[name].get(k) for k in meta} == dict(meta)
-        for name, meta in gguf_models_metadata.items()
-    )
-
-
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
-            "llamafleet_preflight_current": llamafleet_preflight_current,
             "llamafleet_argv": llamafleet_argv,
             "llamafleet_systemd_quote": systemd_quote,
             "llamafleet_unit_value": unit_value,
