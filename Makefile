@@ -167,11 +167,10 @@ sanity: collection
 	# (not below a directory whose name starts with a dot: ansible-test then skips every file)
 	d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT
 	$(BIN)/ansible-galaxy collection install --force --no-deps -p "$$d" . >/dev/null 2>&1
-	cd "$$d/ansible_collections/llamafleet/fleet" && $(BIN)/ansible-test sanity --local \
-	  --python "$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')" \
-	  $(foreach t,$(SANITY_TESTS),--test $(t)) \
-	  && $(BIN)/ansible-test units --local \
-	  --python "$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+	py=$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+	cd "$$d/ansible_collections/llamafleet/fleet"
+	$(BIN)/ansible-test sanity --local --python "$$py" $(foreach t,$(SANITY_TESTS),--test $(t))
+	$(BIN)/ansible-test units --local --python "$$py"
 
 unit: $(VENV)/.stamp
 	# promtool and mtail for the monitoring role's rule and mtail tests (from the Debian packages)

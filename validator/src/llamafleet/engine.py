@@ -6,6 +6,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from llamafleet.argv import ParseError, ServerConfig
@@ -240,26 +241,31 @@ def _detect(path: str, text: str) -> str:
     return "shell"
 
 
-#: what a file about llama-server or its clients names somewhere: the program (any of its names,
-#: the pre-2024 ``server`` with a model), its environment options, llama.cpp's images, or Claude
-#: Code's environment
-_RELATED = re.compile(
-    r"llama[-_.]?(?:server|cpp)|LLAMA_ARG_|ANTHROPIC_|CLAUDE_CODE_|"
-    r"(?:^|[\s/\\'\"])server(?:\.exe)?[\s\"']+(?:[^\n]*\s)?(?:-m|--model)\b",
-    re.IGNORECASE | re.MULTILINE,
-)
+@cache
+def _related() -> re.Pattern[str]:
+    """What a file about llama-server or its clients names somewhere: the program (any of its
+    names, the pre-2024 ``server`` with a model), its environment options, llama.cpp's images, or
+    Claude Code's environment (the readers' own prefixes, ``CLIENT_ENV_PREFIXES``)."""
+    from llamafleet.readers.common import CLIENT_ENV_PREFIXES
+
+    client = "|".join(re.escape(prefix) for prefix in CLIENT_ENV_PREFIXES)
+    return re.compile(
+        rf"llama[-_.]?(?:server|cpp)|LLAMA_ARG_|{client}|"
+        r"(?:^|[\s/\\'\"])server(?:\.exe)?[\s\"']+(?:[^\n]*\s)?(?:-m|--model)\b",
+        re.IGNORECASE | re.MULTILINE,
+    )
 
 
 def is_related(path: str, text: str) -> bool:
     """Whether ``text`` (of ``path``) has anything to do with llama-server or Claude Code: a
-    settings file always has; another file when it names one of them (``_RELATED``). A file
+    settings file always has; another file when it names one of them (:func:`_related`). A file
     that names llama-server but cannot be read stays LF002; only a file that names neither (a
     JSON file not named like a settings file, without Claude Code's environment) is
     passed over by ``llamafleet check --skip-unrelated`` (what a pre-commit hook over every
     shell script of a repository needs)."""
     base = os.path.basename(path.lower())
     named = base.endswith(".json") and "settings" in base
-    return named or _RELATED.search(text) is not None
+    return named or _related().search(text) is not None
 
 
 def _is_mapping_doc(data: Any) -> bool:
