@@ -3,6 +3,7 @@
 #   make test   lint + unit tests + Molecule scenarios on real systemd test hosts + fleet-sim at N = 2
 #   make test-quick   lint + unit tests + the default scenario (the inner loop)
 #   make fleet-sim SIZES=5,10,25,50   time playbooks/rollout.yml on N test hosts (docs/scale.md)
+#   make claude-code-pins VERSION=x.y.z   pin another Claude Code release, re-record its request
 SHELL := /bin/bash
 .ONESHELL:
 .SHELLFLAGS := -euo pipefail -c
@@ -22,7 +23,7 @@ export PATH := $(BIN):$(PATH)
 TESTHOST := testbed/testhost.sh
 
 .PHONY: help bootstrap collection sanity site site-down test test-quick test-phases lint unit molecule bench clean \
-	fleet-sim fleet-sim-ci images ph-lint ph-unit ph-images ph-default ph-cuda ph-claude ph-pool \
+	fleet-sim fleet-sim-ci claude-code-pins images ph-lint ph-unit ph-images ph-default ph-cuda ph-claude ph-pool \
 	ph-fleet ph-fleet-sim
 
 help:
@@ -50,13 +51,22 @@ bootstrap: $(VENV)/.stamp collection
 	$(TESTHOST) deps
 
 # ---------------------------------------------------------------- main job
+# the site, then (in the same run, so it sees the servers' facts) one real Claude Code session
+# through it and the summary (llamafleet.fleet.smoke)
 site: bootstrap
 	$(BIN)/ansible-playbook testbed/local.yml
-	$(BIN)/ansible-playbook site.yml
+	$(BIN)/ansible-playbook site.yml llamafleet.fleet.smoke
 
 site-down:
 	$(TESTHOST) down lf-local || true
 	$(TESTHOST) cleanup || true
+
+# Another Claude Code release for the claude_code role: its integrity pins from npm's registry
+# (npm's configured one, or REGISTRY=URL), the gates' request re-recorded from that CLI, and what
+# changed in the request's shape (validator/tools/claude_code_pins.py).
+claude-code-pins: $(VENV)/.stamp
+	test -n "$(VERSION)" || { echo "usage: make claude-code-pins VERSION=x.y.z [REGISTRY=URL]" >&2; exit 2; }
+	$(BIN)/python validator/tools/claude_code_pins.py "$(VERSION)" $(if $(REGISTRY),--registry "$(REGISTRY)")
 
 # ---------------------------------------------------------------- tests
 # `make test` runs its phases two at a time (two cores; make -j2) in two lanes, and prints at its

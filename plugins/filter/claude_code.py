@@ -5,13 +5,14 @@ served from a pool (the llama_pool role: HAProxy in front of several llama-serve
 pool a user goes through, where it is reached, its CA and key, and the smallest slot behind it.
 
 The arithmetic is the validator's (llamafleet.rules.cross, rule XC003): the slot as llama.cpp and
-the planner count it, Claude Code 2.1.197's window limits, and the window the rule accepts, so the
+the planner count it, Claude Code 2.1.332's window limits, and the window the rule accepts, so the
 role never writes a window `llamafleet check` then reports."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -77,7 +78,7 @@ def compact_window(ctx_per_slot: Any, setting: Any = "auto", reserve: Any = None
         elif not CLAUDE_CODE_MIN_WINDOW <= n <= CLAUDE_CODE_MAX_WINDOW:
             out["problem"] = (
                 f"claude_code_auto_compact_window: {n} is outside {CLAUDE_CODE_MIN_WINDOW} to "
-                f"{CLAUDE_CODE_MAX_WINDOW}, the windows Claude Code 2.1.197 takes (it raises a "
+                f"{CLAUDE_CODE_MAX_WINDOW}, the windows Claude Code 2.1.332 takes (it raises a "
                 f"smaller one to {CLAUDE_CODE_MIN_WINDOW}, compacting {CLAUDE_CODE_COMPACT_MARGIN} "
                 f"tokens below it, never before {earliest}, and caps a larger one). Use auto, a "
                 "number in that range, or off."
@@ -106,7 +107,7 @@ def compact_window(ctx_per_slot: Any, setting: Any = "auto", reserve: Any = None
         out["problem"] = (
             f"it gives each request {slot} tokens, which leaves a compaction window of "
             f"{slot - keep} after the {keep} tokens kept for the answer "
-            "(claude_code_output_reserve); Claude Code 2.1.197 takes no window below "
+            "(claude_code_output_reserve); Claude Code 2.1.332 takes no window below "
             f"{CLAUDE_CODE_MIN_WINDOW} tokens and compacts {CLAUDE_CODE_COMPACT_MARGIN} below "
             f"it (never before {earliest}), so a conversation would outgrow the slot. Give the "
             f"instance at least {min_slot(keep)} tokens per slot (args ctx_size; parallel 1, or "
@@ -655,9 +656,86 @@ def check_item(  # noqa: PLR0917 - a filter: Jinja passes its arguments by posit
     return item
 
 
+def _usage(run: Any) -> tuple[int, int]:
+    """(tokens the server evaluated, tokens it read from its cache) of one ``claude -p
+    --output-format json`` result (its stdout, or the parsed object)."""
+    if isinstance(run, str):
+        try:
+            run = json.loads(run)
+        except ValueError as exc:
+            raise AnsibleFilterError(f"claude -p printed no JSON result: {run[:200]!r}") from exc
+    if not isinstance(run, Mapping):
+        raise AnsibleFilterError(f"not a claude -p JSON result: {run!r}")
+    if run.get("is_error"):
+        raise AnsibleFilterError(f"claude -p answered an error: {str(run.get('result'))[:300]}")
+    usage = run.get("usage")
+    if not isinstance(usage, Mapping):
+        raise AnsibleFilterError("the claude -p result has no usage")
+    evaluated = sum(int(usage.get(k) or 0) for k in ("input_tokens", "cache_creation_input_tokens"))
+    return evaluated, int(usage.get("cache_read_input_tokens") or 0)
+
+
+def session_reuse(run: Any) -> dict[str, Any]:
+    """What a ``claude -p --output-format json`` run's prompt took from the server's cache:
+    ``{"prompt": tokens, "reused": tokens read from the cache, "ratio": reused / prompt}``."""
+    evaluated, reused = _usage(run)
+    prompt = evaluated + reused
+    return {"prompt": prompt, "reused": reused, "ratio": reused / prompt if prompt else 0.0}
+
+
+def summary(  # noqa: PLR0917 - a filter: Jinja passes its arguments by position
+    settings: Any,
+    endpoint: Any,
+    user: Any,
+    settings_path: Any,
+    turns: Any,
+    host: Any = "",
+    key_dir: Any = "",
+) -> list[str]:
+    """The lines a person reads after the site is up, for one Claude Code user: where the server
+    is, what it serves, where the key is, and how much of a second turn came from the cache.
+    ``settings``: the user's effective settings (their file, the managed file over it);
+    ``endpoint``: the server's ``llama_server_endpoints`` entry for the instance (may be empty);
+    ``turns``: the ``claude -p --output-format json`` results of a session's first and second
+    turn; ``key_dir``: where the server keeps its keys."""
+    env = settings.get("env", {}) if isinstance(settings, Mapping) else {}
+    env = env if isinstance(env, Mapping) else {}
+    ep = endpoint if isinstance(endpoint, Mapping) else {}
+    url = str(env.get("ANTHROPIC_BASE_URL") or "?")
+    kv = ep.get("kv_types") if isinstance(ep.get("kv_types"), Mapping) else {}
+    slot = _count(ep.get("ctx_per_slot"))
+    window = env.get("CLAUDE_CODE_AUTO_COMPACT_WINDOW")
+    if not isinstance(turns, Sequence) or isinstance(turns, str) or len(turns) < 2:
+        raise AnsibleFilterError("claude_code_summary: give the results of two turns")
+    first, second = session_reuse(turns[0]), session_reuse(turns[1])
+    managed = env.get("ANTHROPIC_AUTH_TOKEN") is None
+    token_where = "in the managed settings" if managed else f"in {settings_path}"
+    model = env.get("ANTHROPIC_MODEL") or ep.get("alias") or "?"
+    lines = [
+        f"Claude Code for {user} on {host}: working",
+        f"  server       {url}"
+        + (f" (CA: {env['NODE_EXTRA_CA_CERTS']})" if env.get("NODE_EXTRA_CA_CERTS") else ""),
+        f"  model        {ep.get('model') or '?'} as {model}",
+        f"  context      {slot:,} tokens per slot" if slot else "  context      unknown",
+        f"  KV cache     K {kv.get('k', '?')}, V {kv.get('v', '?')}",
+        f"  compaction   at a window of {int(window):,} tokens"
+        if _count(window)
+        else "  compaction   not set (CLAUDE_CODE_AUTO_COMPACT_WINDOW)",
+        f"  key          {token_where} (env ANTHROPIC_AUTH_TOKEN, readable by {user} only)"
+        + (f"; the server's copy under {key_dir} (root only)" if key_dir else ""),
+        f"  settings     {settings_path}",
+        f"  first turn   {first['prompt']:,} prompt tokens, {first['reused']:,} from the cache",
+        f"  second turn  {second['prompt']:,} prompt tokens, {second['reused']:,} from the cache "
+        f"({second['ratio'] * 100:.1f} %)",
+    ]
+    return lines
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
+            "claude_code_session_reuse": session_reuse,
+            "claude_code_summary": summary,
             "claude_code_compact_window": compact_window,
             "claude_code_unit_slot_context": unit_slot_context,
             "claude_code_check_item": check_item,

@@ -18,6 +18,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.llamafleet.fleet.plugins.plugin_utils.validator import require
 
 try:
+    from llamafleet.argv import parse_argv_list
     from llamafleet.chat_template import (
         RAISES,
         TemplateFixError,
@@ -277,9 +278,24 @@ def llamafleet_slot_context(argv: Any, model_meta: Any = None) -> int:
     return slot_context_of_argv([str(a) for a in argv], meta) or 0
 
 
+def llamafleet_kv_types(argv: Any) -> dict[str, str]:
+    """The KV cache types of an instance's argv, ``{"k": ..., "v": ...}``, as llama-server takes
+    them (``--cache-type-k``/``-ctk``, ``--cache-type-v``/``-ctv``, else f16: llama.cpp's
+    default)."""
+    _need_llamafleet()
+    if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)):
+        raise AnsibleFilterError(f"llamafleet_kv_types: expected an argv list, got {argv!r}")
+    config = parse_argv_list([str(a) for a in argv])
+    return {
+        "k": config.value("--cache-type-k") or "f16",
+        "v": config.value("--cache-type-v") or "f16",
+    }
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
+            "llamafleet_kv_types": llamafleet_kv_types,
             "llamafleet_argv": llamafleet_argv,
             "llamafleet_systemd_quote": systemd_quote,
             "llamafleet_unit_value": unit_value,

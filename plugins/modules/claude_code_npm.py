@@ -73,16 +73,16 @@ extends_documentation_fragment:
 """
 
 EXAMPLES = r"""
-- name: Install Claude Code 2.1.197 for linux-x64
+- name: Install Claude Code 2.1.332 for linux-x64
   llamafleet.fleet.claude_code_npm:
     prefix: /opt/claude-code
     package: "@anthropic-ai/claude-code"
-    version: "2.1.197"
+    version: "2.1.332"
     platform: linux-x64
     integrity: "{{ claude_code_integrity }}"
     platform_integrity: "{{ claude_code_platform_integrity['linux-x64'] }}"
-    wrapper_tarball: /tmp/x/anthropic-ai-claude-code-2.1.197.tgz
-    platform_tarball: /tmp/x/anthropic-ai-claude-code-linux-x64-2.1.197.tgz
+    wrapper_tarball: /tmp/x/anthropic-ai-claude-code-2.1.332.tgz
+    platform_tarball: /tmp/x/anthropic-ai-claude-code-linux-x64-2.1.332.tgz
 """
 
 RETURN = r"""

@@ -11,7 +11,7 @@ What it does, in a private temporary directory (removed afterwards unless ``--ke
    architecture's native package at the version pinned in ``roles/claude_code/defaults/main.yml``
    (``claude_code_package``, ``claude_code_version``); each tarball's SHA-512 must equal its pin
    there (``claude_code_integrity``, ``claude_code_platform_integrity``). They are unpacked into a
-   temporary prefix by the role's own module (``roles/claude_code/library/claude_code_npm.py``,
+   temporary prefix by the role's own module (``plugins/modules/claude_code_npm.py``,
    imported: ``install()`` checks the pins and the package.json names and versions, unpacks the
    wrapper without links and without running any package script and puts the native binary over
    the stub, as the role does).
@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib.util
+import importlib
 import json
 import os
 import platform
@@ -83,7 +83,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "claude_code"
 DEFAULTS = ROLE / "defaults" / "main.yml"
-NPM_MODULE = ROLE / "library" / "claude_code_npm.py"
+NPM_MODULE = REPO / "plugins" / "modules" / "claude_code_npm.py"
 DEFAULT_OUT = REPO / "validator" / "src" / "llamafleet" / "data" / "claude-code-request.json"
 DEFAULT_PROMPT = "Reply with the single word OK."
 DEFAULT_ALIAS = "main"
@@ -121,18 +121,26 @@ class CaptureError(Exception):
 
 
 def load_npm_module() -> ModuleType:
-    """The role's claude_code_npm module (it imports Ansible's AnsibleModule at load time)."""
-    spec = importlib.util.spec_from_file_location("claude_code_npm", NPM_MODULE)
-    if spec is None or spec.loader is None:
-        raise CaptureError(f"cannot load {NPM_MODULE}")
-    mod = importlib.util.module_from_spec(spec)
+    """The collection's claude_code_npm module, imported by its FQCN from this checkout (a
+    temporary ``ansible_collections/llamafleet/fleet`` link to it: the module imports the
+    collection's module_utils, and Ansible's AnsibleModule, at load time)."""
+    if not NPM_MODULE.is_file():
+        raise CaptureError(f"no {NPM_MODULE}")
+    root = Path(tempfile.mkdtemp(prefix="cc-collections-"))
+    (root / "ansible_collections" / "llamafleet").mkdir(parents=True)
+    (root / "ansible_collections" / "llamafleet" / "fleet").symlink_to(REPO)
+    sys.path.insert(0, str(root))
     try:
-        spec.loader.exec_module(mod)
+        return importlib.import_module(
+            "ansible_collections.llamafleet.fleet.plugins.modules.claude_code_npm"
+        )
     except ImportError as exc:
         raise CaptureError(
             f"{NPM_MODULE} needs Ansible ({exc}); run this script with the project's venv"
         ) from exc
-    return mod
+    finally:
+        sys.path.remove(str(root))
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def role_defaults() -> dict[str, Any]:

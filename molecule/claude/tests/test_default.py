@@ -119,7 +119,7 @@ def test_managed_settings_without_the_key(host):
 
 
 def test_claude_code_reuses_the_prompt_cache(host):
-    """Two real `claude -p` runs with a file edited in between: >= 90 % of run 2's prompt (a new
+    """Two real `claude -p` runs with a file edited in between: >= 75 % of run 2's prompt (a new
     session) comes from the server's cache with the role's settings, >= 99 % of the next turn of the
     same session (`--continue`), less with the attribution header on."""
     out = subprocess.run(
@@ -136,13 +136,16 @@ def test_claude_code_reuses_the_prompt_cache(host):
     off = float(re.search(r"^reuse_header_off=([0-9.]+)$", out.stdout, re.M).group(1))
     on = float(re.search(r"^reuse_header_on=([0-9.]+)$", out.stdout, re.M).group(1))
     cont = float(re.search(r"^reuse_continue=([0-9.]+)$", out.stdout, re.M).group(1))
-    # a new session: its prompt and Claude Code's late system message are new (~92 % at best);
-    # the same session's next turn reuses nearly everything
-    assert off >= 0.90, report
+    # a new session: its prompt and Claude Code's late system message after it are new. Claude Code
+    # 2.1.332 moved the session's environment (working directory, platform, date: ~9,100 characters
+    # with the agent and skills lists) into that message: 79.7 % measured (2.1.197: 92.0 %). The same
+    # session's next turn reuses nearly everything (99.7 %).
+    assert off >= 0.75, report
     assert cont >= 0.99, report
     # the header costs reuse; how much depends on where the template puts the system text: the
     # official Qwen3.5 template renders the tools first, so only what follows them is lost (measured
-    # 92.0 % -> 88.2 %); a template with the system text first loses nearly all (0.2 %)
+    # with 2.1.332: 79.7 % -> 72.8 %; 2.1.197: 92.0 % -> 88.2 %); a template with the system text
+    # first loses nearly all (0.2 %)
     assert on < off, report
     # the run restores the role's value
     assert settings(host, MANAGED)["env"]["CLAUDE_CODE_ATTRIBUTION_HEADER"] == "0"

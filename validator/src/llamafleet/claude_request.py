@@ -207,3 +207,91 @@ def gate_bodies(
         {"role": "user", "content": [{"type": "text", "text": DEFAULT_PROMPTS[1]}]},
     ]
     return [first, second]
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(b.get("text", "")) if isinstance(b, Mapping) else str(b) for b in content
+        )
+    return ""
+
+
+def request_shape(recorded: Mapping[str, Any]) -> dict[str, Any]:
+    """What a recording's request is made of, for comparing two releases: the version, the tool
+    names, the system blocks' sizes, the messages' roles, each late ``role: system`` message
+    (index, size, first line), the header names and the ``anthropic-beta`` flags."""
+    body = recorded.get("body", {})
+    headers = recorded.get("headers", {})
+    tools = body.get("tools") if isinstance(body.get("tools"), list) else []
+    system = body.get("system")
+    blocks = system if isinstance(system, list) else ([{"text": system}] if system else [])
+    messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+    late = []
+    for i, message in enumerate(messages):
+        if i > 0 and isinstance(message, Mapping) and message.get("role") == "system":
+            text = _text_of(message.get("content"))
+            first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+            late.append({"index": i, "chars": len(text), "first_line": first[:80]})
+    beta = str(headers.get("anthropic-beta", ""))
+    return {
+        "version": str(recorded.get("capture", {}).get("claude_code_version", "?")),
+        "tools": [str(t.get("name")) for t in tools if isinstance(t, Mapping)],
+        "system_blocks": [len(_text_of([b])) for b in blocks if isinstance(b, Mapping)],
+        "roles": [str(m.get("role")) for m in messages if isinstance(m, Mapping)],
+        "late_system": late,
+        "headers": sorted(str(h) for h in headers),
+        "beta": sorted(f for f in (s.strip() for s in beta.split(",")) if f),
+        "user_agent": str(headers.get("user-agent", "")),
+    }
+
+
+def _set_change(what: str, old: list[str], new: list[str]) -> str:
+    added = [x for x in new if x not in old]
+    removed = [x for x in old if x not in new]
+    if not added and not removed:
+        return f"{what}: unchanged ({len(new)})"
+    parts = []
+    if added:
+        parts.append("added " + ", ".join(added))
+    if removed:
+        parts.append("removed " + ", ".join(removed))
+    return f"{what}: {len(old)} -> {len(new)} ({'; '.join(parts)})"
+
+
+def shape_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """Lines that say how NEW's request differs in shape from OLD's (two recordings)."""
+    a, b = request_shape(old), request_shape(new)
+    lines = [f"version: {a['version']} -> {b['version']}"]
+    lines.append(_set_change("tools", a["tools"], b["tools"]))
+
+    def blocks(sizes: list[int]) -> str:
+        return f"{len(sizes)} ({sum(sizes):,} characters: {', '.join(map(str, sizes))})"
+
+    if a["system_blocks"] == b["system_blocks"]:
+        lines.append(f"system blocks: unchanged, {blocks(b['system_blocks'])}")
+    else:
+        lines.append(f"system blocks: {blocks(a['system_blocks'])} -> {blocks(b['system_blocks'])}")
+    if a["roles"] == b["roles"]:
+        lines.append(f"message roles: unchanged ({', '.join(b['roles'])})")
+    else:
+        lines.append(f"message roles: {', '.join(a['roles'])} -> {', '.join(b['roles'])}")
+
+    def late(items: list[dict[str, Any]]) -> str:
+        if not items:
+            return "none"
+        return "; ".join(
+            f"#{m['index']} {m['chars']:,} characters ({m['first_line']!r})" for m in items
+        )
+
+    if a["late_system"] == b["late_system"]:
+        lines.append(f"late system messages: unchanged, {late(b['late_system'])}")
+    else:
+        lines.append(f"late system messages: {late(a['late_system'])} -> {late(b['late_system'])}")
+    lines.append(_set_change("headers", a["headers"], b["headers"]))
+    lines.append(_set_change("anthropic-beta", a["beta"], b["beta"]))
+    if a["user_agent"] != b["user_agent"]:
+        lines.append(f"user-agent: {a['user_agent']} -> {b['user_agent']}")
+    return lines

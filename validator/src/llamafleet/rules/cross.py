@@ -586,13 +586,16 @@ def reached_servers(ctx: Context, c: Client) -> list[tuple[ServerConfig, str]]:
 
 # ----------------------------------------------------------------------------- XC003
 
-#: Claude Code 2.1.197's window for a model it does not know (every llama-server alias).
-CLAUDE_CODE_DEFAULT_WINDOW = 200_000
-#: Claude Code 2.1.197 raises a smaller CLAUDE_CODE_AUTO_COMPACT_WINDOW to this ...
+#: Claude Code 2.1.332's window for a model it does not know (every llama-server alias) ...
+CLAUDE_CODE_DEFAULT_WINDOW = 1_000_000
+#: ... and with CLAUDE_CODE_DISABLE_1M_CONTEXT set (2.1.197's window for every such model).
+CLAUDE_CODE_SMALL_WINDOW = 200_000
+#: Claude Code raises a smaller CLAUDE_CODE_AUTO_COMPACT_WINDOW to this (and ignores an
+#: autoCompactWindow setting below it) ...
 CLAUDE_CODE_MIN_WINDOW = 100_000
-#: ... and caps a larger one at this (values of the autoCompactWindow setting outside the two
-#: are ignored).
-CLAUDE_CODE_MAX_WINDOW = 1_000_000
+#: ... and takes no window above the model's (1,000,000 for a model it does not know): the largest
+#: window the claude_code role writes.
+CLAUDE_CODE_MAX_WINDOW = CLAUDE_CODE_DEFAULT_WINDOW
 #: Claude Code compacts this many tokens below its window: min(max output, 20000) kept for the
 #: summary, plus a 13000-token buffer (for a model it does not know the max output is 32000).
 CLAUDE_CODE_COMPACT_MARGIN = 20_000 + 13_000
@@ -639,23 +642,72 @@ def _js_parse_int(text: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+_EXPONENT = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)[eE][+-]?\d+$")
+_GROUPED = re.compile(r"^[+-]?\d{1,3}([_,\u00a0\u202f ])\d{3}(?:\1\d{3})*$")
+
+
+def window_size(text: str) -> int | None:
+    """A window size as Claude Code 2.1.332 reads CLAUDE_CODE_AUTO_COMPACT_WINDOW: a ``k`` or ``m``
+    suffix multiplies (``200k``, ``1.5m``), an exponent (``2e5``) or grouped digits (``200,000``,
+    ``200_000``) are numbers, anything else goes through parseInt; None when it is not a usable
+    size (not a number, below 1). A size below 100,000 is returned as it is (the caller raises
+    it)."""
+    raw = text.strip()
+    if not raw:
+        return None
+    mult = {"k": 1000, "m": 1_000_000}.get(raw[-1].lower())
+    try:
+        if mult is not None:
+            value: float | None = float(raw[:-1]) * mult
+        elif _EXPONENT.match(raw):
+            value = float(raw)
+        elif _GROUPED.match(raw):
+            value = float(re.sub(r"[^\d+-]", "", raw))
+        else:
+            parsed = _js_parse_int(raw)
+            value = float(parsed) if parsed is not None else None
+    except ValueError:
+        value = None
+    if value is None or value != value or value in (float("inf"), float("-inf")) or value < 1:
+        return None
+    return round(value)
+
+
 @dataclass
 class CompactWindow:
-    """The window Claude Code (2.1.197) compacts at, for a model it does not know."""
+    """The window Claude Code (2.1.332) compacts at, for a model it does not know."""
 
     tokens: int  # the window; compaction starts CLAUDE_CODE_COMPACT_MARGIN below it
     how: str  # where it comes from, for messages ("" for Claude Code's default)
     file: str
     line: int
     off: str = ""  # what switches auto-compaction off, when something does
+    model: int = CLAUDE_CODE_DEFAULT_WINDOW  # the model's window as Claude Code assumes it
+
+
+def model_window(c: Client) -> tuple[int, str]:
+    """The window Claude Code 2.1.332 assumes for a model it does not know, and why:
+    CLAUDE_CODE_MAX_CONTEXT_TOKENS (a positive integer) replaces it, CLAUDE_CODE_DISABLE_1M_CONTEXT
+    makes it 200,000, else 1,000,000."""
+    v = c.env("CLAUDE_CODE_MAX_CONTEXT_TOKENS")
+    if v is not None:
+        n = _js_parse_int(str(v.value))
+        if n is not None and n > 0:
+            return n, f"CLAUDE_CODE_MAX_CONTEXT_TOKENS={v.value}"
+    v = c.env("CLAUDE_CODE_DISABLE_1M_CONTEXT")
+    if v is not None and truthy(v.value):
+        return CLAUDE_CODE_SMALL_WINDOW, f"CLAUDE_CODE_DISABLE_1M_CONTEXT={v.value}"
+    return CLAUDE_CODE_DEFAULT_WINDOW, ""
 
 
 def compact_window(c: Client) -> CompactWindow:
-    """Claude Code 2.1.197's compaction window for a client of a model it does not know:
-    CLAUDE_CODE_AUTO_COMPACT_WINDOW (parseInt; 0, negative or not a number is ignored; raised to
-    100,000 and capped at 1,000,000), else the autoCompactWindow setting (an integer from
-    100,000 to 1,000,000, else ignored), else 200,000; never above the model's 200,000."""
+    """Claude Code 2.1.332's compaction window for a client of a model it does not know:
+    CLAUDE_CODE_AUTO_COMPACT_WINDOW (:func:`window_size`; not a usable size: ignored; raised to
+    100,000), else the autoCompactWindow setting (an integer of at least 100,000, else ignored),
+    else the model's window (:func:`model_window`: 1,000,000 by default); never above the model's
+    window."""
     file, line = _where(c, WINDOW_VAR)
+    model, _ = model_window(c)
     off = ""
     for key in ("DISABLE_COMPACT", "DISABLE_AUTO_COMPACT"):
         v = c.env(key)
@@ -667,29 +719,25 @@ def compact_window(c: Client) -> CompactWindow:
     v = c.env(WINDOW_VAR)
     if v is not None and str(v.value).strip():
         raw = str(v.value).strip()
-        n = _js_parse_int(raw)
-        if n is not None and n > 0:
-            eff = max(CLAUDE_CODE_MIN_WINDOW, min(n, CLAUDE_CODE_MAX_WINDOW))
+        n = window_size(raw)
+        if n is not None:
+            eff = max(CLAUDE_CODE_MIN_WINDOW, n)
             how = f"{WINDOW_VAR}={raw}"
             if eff != n:
                 how += f", which Claude Code takes as {eff}"
-            tokens = min(eff, CLAUDE_CODE_DEFAULT_WINDOW)
-            return CompactWindow(tokens, how, file, line, off)
+            return CompactWindow(min(eff, model), how, file, line, off, model)
     s = c.setting("autoCompactWindow")
     if (
         s is not None
         and isinstance(s.value, int)
         and not isinstance(s.value, bool)
-        and CLAUDE_CODE_MIN_WINDOW <= s.value <= CLAUDE_CODE_MAX_WINDOW
+        and s.value >= CLAUDE_CODE_MIN_WINDOW
     ):
         where = (s.file.path, s.line) if s.file is not None else (file, line)
         return CompactWindow(
-            min(s.value, CLAUDE_CODE_DEFAULT_WINDOW),
-            f'"autoCompactWindow": {s.value}',
-            *where,
-            off=off,
+            min(s.value, model), f'"autoCompactWindow": {s.value}', *where, off=off, model=model
         )
-    return CompactWindow(CLAUDE_CODE_DEFAULT_WINDOW, "", file, line, off)
+    return CompactWindow(model, "", file, line, off, model)
 
 
 def min_slot(reserve: int = DEFAULT_OUTPUT_RESERVE) -> int:
@@ -717,8 +765,8 @@ def _window_what(win: CompactWindow) -> str:
     if not win.how:
         return (
             f"sets no {WINDOW_VAR}: Claude Code assumes {win.tokens} tokens for a model "
-            "it does not know and compacts only when the API answers 'prompt is too "
-            "long', which llama-server never says"
+            f"it does not know and compacts only {CLAUDE_CODE_COMPACT_MARGIN} below that, or "
+            "after the server has refused a request as too long"
         )
     return f"compacts within a window of {win.tokens} tokens ({win.how})"
 
@@ -726,7 +774,7 @@ def _window_what(win: CompactWindow) -> str:
 def _window_remedy(win: CompactWindow, slot: int) -> str:
     """XC003's fix for a window that does not fit a slot of ``slot`` tokens."""
     want = window_for_slot(slot)
-    if win.off and win.tokens <= slot:
+    if win.off and win.tokens <= slot and win.model <= slot:
         return f"Turn auto-compaction back on (remove {win.off})."
     if want is not None:
         remedy = (
@@ -771,7 +819,7 @@ def compact_window_above_slot(ctx: Context) -> Iterator[Hit]:
             win = compact_window(c)
             # without compaction Claude Code stops a conversation itself short of the model's
             # own window (it asks for /compact): enough when the slot holds that window
-            if (CLAUDE_CODE_DEFAULT_WINDOW if win.off else win.tokens) <= slot.tokens:
+            if (win.model if win.off else win.tokens) <= slot.tokens:
                 continue
             what = _window_what(win)
             remedy = _window_remedy(win, slot.tokens)
