@@ -24,7 +24,7 @@ TESTHOST := testbed/testhost.sh
 
 .PHONY: help bootstrap collection sanity site site-down test test-quick test-phases lint unit molecule bench clean \
 	fleet-sim fleet-sim-ci claude-code-pins images ph-lint ph-unit ph-images ph-default ph-cuda ph-claude ph-pool \
-	ph-fleet ph-fleet-sim
+	ph-fleet ph-fleet-sim ph-debian13
 
 help:
 	@sed -n '2,6p' Makefile
@@ -72,7 +72,7 @@ claude-code-pins: $(VENV)/.stamp
 # `make test` runs its phases two at a time (two cores; make -j2) in two lanes, and prints at its
 # end a table of every phase's wall time beside its budget; a phase over its budget is named.
 #   lane 1: images (the test hosts' root images), default (compiles the fork, the longest phase,
-#           and ships the build), claude, fleet
+#           and ships the build), claude, fleet, debian13 (compiles the fork for Debian 13 itself)
 #   lane 2: lint, unit, cuda, pool and fleet-sim (pool after default's build)
 # Budgets: minutes on this machine kind (2 cores, 24 GiB), cold cache / warm cache. Each lane sums
 # to at most the suite's budget (45 cold / 30 warm); CI runs everything, always.
@@ -89,8 +89,9 @@ BUDGET_claude := 14 12
 BUDGET_pool := 19 17
 BUDGET_fleet := 8 6
 BUDGET_fleet-sim := 5 3
+BUDGET_debian13 := 16 10
 PHASE := testbed/phase
-# Scenarios that run at once each get their own network (TEST_NET.N, N = 20..25: apart from
+# Scenarios that run at once each get their own network (TEST_NET.N, N = 20..26: apart from
 # LLAMAFLEET_NET, which `make site` and a scenario run by hand use), bridge and state directory, so
 # their hosts, HTTP servers and clean-ups never meet.
 TEST_NET ?= 10.131
@@ -117,7 +118,8 @@ test-quick:
 	$(PHASE) report $(SUITE_BUDGET) || rc=1
 	exit $$rc
 
-test-phases: ph-images ph-lint ph-default ph-unit ph-cuda ph-claude ph-pool ph-fleet ph-fleet-sim
+test-phases: ph-images ph-lint ph-default ph-unit ph-cuda ph-claude ph-pool ph-fleet ph-fleet-sim \
+	ph-debian13
 
 # the lanes: each phase waits for the one before it in its lane (and pool for the build default
 # ships)
@@ -128,6 +130,7 @@ ph-unit: ph-lint
 ph-cuda: ph-unit ph-images
 ph-pool: ph-cuda ph-default
 ph-fleet-sim: ph-pool
+ph-debian13: ph-fleet
 
 ph-lint:
 	$(PHASE) run lint $(BUDGET_lint) -- $(MAKE) --no-print-directory lint
@@ -145,6 +148,8 @@ ph-fleet:
 	$(call scenario,fleet,23)
 ph-pool:
 	$(call scenario,pool,24)
+ph-debian13:
+	$(call scenario,debian13,26)
 ph-fleet-sim:
 	LLAMAFLEET_NET=$(TEST_NET).25 LLAMAFLEET_BRIDGE=lfbr25 LLAMAFLEET_TESTHOSTS=$(LLAMAFLEET_TESTHOSTS)/fleet-sim \
 	  $(PHASE) run fleet-sim $(BUDGET_fleet-sim) -- $(MAKE) --no-print-directory fleet-sim-ci

@@ -11,7 +11,12 @@
 # client's routes reach only the server and the controller (no default route: nothing leaves the
 # test network). The header is restored to "0".
 # With the header off, a third run continues run 2's session (`--continue`): the same session's next
-# turn. The last three lines are machine-readable: `reuse_continue=0.998` (run 3),
+# turn, and four more turns of that session (runs 4 to 7, the tracked file edited before each).
+# Then a session with six tool calls (Read and Edit results; testbed/claude-tool-turns.py).
+# The last lines are machine-readable: `tool_turns=6`, `reuse_of_held=1.000,...` and
+# `reuse_min_of_held=1.000` (the tool session: each request's cached tokens over the previous
+# request's prompt), `reuse_turns=0.998,...` (runs 4 to 7),
+# `reuse_continue=0.998` (run 3),
 # `reuse_header_off=0.921` and `reuse_header_on=0.001` (run 2, a new session).
 set -euo pipefail
 
@@ -23,8 +28,12 @@ USER_NAME=${3:-dev}
 KEY=$("$here/../../testbed/testhost.sh" key)
 GW=$("$here/../../testbed/testhost.sh" gateway)
 
-ssh -i "$KEY" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR \
-  -o BatchMode=yes "root@$CLIENT" bash -s -- "$SERVER" "$GW" "$USER_NAME" <<'REMOTE'
+SSH=(ssh -i "$KEY" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR
+  -o BatchMode=yes "root@$CLIENT")
+# the multi-turn session's stand-in for the model's tool choice (see the end of the remote part)
+"${SSH[@]}" 'cat > /usr/local/lib/claude-tool-turns.py && chmod 0755 /usr/local/lib/claude-tool-turns.py' \
+  < "$here/../../testbed/claude-tool-turns.py"
+"${SSH[@]}" bash -s -- "$SERVER" "$GW" "$USER_NAME" <<'REMOTE'
 set -euo pipefail
 SERVER=$1 GW=$2 U=$3
 HOME_DIR=$(getent passwd "$U" | cut -d: -f6)
@@ -38,13 +47,18 @@ command -v claude >/dev/null || { echo "claude is not installed" >&2; exit 1; }
 TARGET=$SETTINGS
 [ -f /etc/claude-code/managed-settings.json ] && TARGET=/etc/claude-code/managed-settings.json
 
-set_header() { # rewrite the file in place: owner and mode stay
-  python3 - "$TARGET" "$1" <<'PY'
+setting() { # the env value KEY of the file Claude Code reads
+  python3 -c 'import json, sys; print(json.load(open(sys.argv[1])).get("env", {}).get(sys.argv[2], ""))' "$TARGET" "$1"
+}
+BASE_URL=$(setting ANTHROPIC_BASE_URL)
+set_header() { set_env CLAUDE_CODE_ATTRIBUTION_HEADER "$1"; }
+set_env() { # KEY VALUE: rewrite the file in place, owner and mode stay
+  python3 - "$TARGET" "$1" "$2" <<'PY'
 import json, sys
-path, value = sys.argv[1], sys.argv[2]
+path, key, value = sys.argv[1], sys.argv[2], sys.argv[3]
 with open(path) as fh:
     data = json.load(fh)
-data.setdefault("env", {})["CLAUDE_CODE_ATTRIBUTION_HEADER"] = value
+data.setdefault("env", {})[key] = value
 with open(path, "r+") as fh:
     fh.seek(0); fh.truncate(); fh.write(json.dumps(data, indent=2) + "\n")
 PY
@@ -54,6 +68,7 @@ PY
 routes=$(ip -4 route show)
 restore() {
   set_header 0 || true
+  set_env ANTHROPIC_BASE_URL "$BASE_URL" || true
   ip -4 route flush table main 2>/dev/null || true
   for _ in 1 2; do  # twice: a gateway route needs its link route first
     while read -r r; do [ -n "$r" ] && ip route add $r 2>/dev/null || true; done <<<"$routes"
@@ -110,8 +125,30 @@ for mode in off on; do
     ratio[continue]=$(ratio_of "$i3" "$c3")
     printf 'attribution header off: run 3 (--continue, same session) prompt %d tokens, %d reused (%.1f %%); claude -p wall %s s\n' \
       $((i3 + c3)) "$c3" "$(awk -v r="${ratio[continue]}" 'BEGIN{print r * 100}')" "$w3"
+    # four more turns of the same session, the tracked file edited before each: every turn after
+    # the first must find the whole conversation so far in the server's cache
+    turns=()
+    for n in 4 5 6 7; do
+      sudo -u "$U" -H bash -c 'cd ~/project && echo "turn edit $RANDOM" >> notes.txt'
+      read -r wn in_ cn < <(run_claude "$(tag) Turn $n: what is the last line of notes.txt now?" --continue)
+      turns+=("$(ratio_of "$in_" "$cn")")
+      printf 'attribution header off: run %d (--continue) prompt %d tokens, %d reused (%.1f %%); claude -p wall %s s\n' \
+        "$n" $((in_ + cn)) "$cn" "$(awk -v r="${turns[-1]}" 'BEGIN{print r * 100}')" "$wn"
+    done
   fi
 done
+# A session with real tool calls: one `claude -p` whose turns call Read and Edit on notes.txt six
+# times (testbed/claude-tool-turns.py: a stand-in on the client's loopback forwards every request to
+# the server, which evaluates the real prompt, and answers with the scripted tool call the tiny
+# model cannot choose). The file Claude Code reads points at the stand-in meanwhile.
+set_env ANTHROPIC_BASE_URL http://127.0.0.1:18999
+sudo -u "$U" -H /usr/local/lib/claude-tool-turns.py --upstream "$BASE_URL" \
+  --ca-file "$(setting NODE_EXTRA_CA_CERTS)" --listen 127.0.0.1:18999 --workdir "$REPO" \
+  --tool-turns 6 >/tmp/tool-turns.out 2>&1 || { cat /tmp/tool-turns.out >&2; exit 1; }
+set_env ANTHROPIC_BASE_URL "$BASE_URL"
+grep -E '^(turn [0-9]+:|claude:)' /tmp/tool-turns.out | sed 's/^/tool session: /'
+grep -E '^(tool_turns|reuse_of_held|reuse_min_of_held)=' /tmp/tool-turns.out
+echo "reuse_turns=$(IFS=,; echo "${turns[*]}")"
 echo "reuse_continue=${ratio[continue]}"
 echo "reuse_header_off=${ratio[off]}"
 echo "reuse_header_on=${ratio[on]}"

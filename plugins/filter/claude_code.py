@@ -702,9 +702,10 @@ def summary(  # noqa: PLR0917 - a filter: Jinja passes its arguments by position
     env = env if isinstance(env, Mapping) else {}
     ep = endpoint if isinstance(endpoint, Mapping) else {}
     url = str(env.get("ANTHROPIC_BASE_URL") or "?")
-    kv = ep.get("kv_types") if isinstance(ep.get("kv_types"), Mapping) else {}
+    kv_found = ep.get("kv_types")
+    kv: Mapping[str, Any] = kv_found if isinstance(kv_found, Mapping) else {}
     slot = _count(ep.get("ctx_per_slot"))
-    window = env.get("CLAUDE_CODE_AUTO_COMPACT_WINDOW")
+    window = _count(env.get("CLAUDE_CODE_AUTO_COMPACT_WINDOW"))
     if not isinstance(turns, Sequence) or isinstance(turns, str) or len(turns) < 2:
         raise AnsibleFilterError("claude_code_summary: give the results of two turns")
     first, second = session_reuse(turns[0]), session_reuse(turns[1])
@@ -718,8 +719,8 @@ def summary(  # noqa: PLR0917 - a filter: Jinja passes its arguments by position
         f"  model        {ep.get('model') or '?'} as {model}",
         f"  context      {slot:,} tokens per slot" if slot else "  context      unknown",
         f"  KV cache     K {kv.get('k', '?')}, V {kv.get('v', '?')}",
-        f"  compaction   at a window of {int(window):,} tokens"
-        if _count(window)
+        f"  compaction   at a window of {window:,} tokens"
+        if window
         else "  compaction   not set (CLAUDE_CODE_AUTO_COMPACT_WINDOW)",
         f"  key          {token_where} (env ANTHROPIC_AUTH_TOKEN, readable by {user} only)"
         + (f"; the server's copy under {key_dir} (root only)" if key_dir else ""),

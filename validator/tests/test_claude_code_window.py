@@ -207,3 +207,26 @@ def test_what_the_role_writes_passes_xc003(filters: ModuleType, tmp_path: Path, 
     fired = [f for f in res.json()["findings"] if f["id"] == "XC003"]
     # Claude Code 2.1.332 assumes 1,000,000 tokens for a model it does not know
     assert fired if ctx < CLAUDE_CODE_DEFAULT_WINDOW else not fired
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens"),
+    [
+        ("200k", 200000),
+        ("1.5m", 1500000),
+        ("200,000", 200000),
+        ("200_000", 200000),
+        ("2e5", 200000),
+        ("200000abc", 200000),  # parseInt
+        ("99072", 99072),  # raised to 100,000 by the caller
+        ("0", None),
+        ("-5", None),
+        ("abc", None),
+        ("nan", None),
+    ],
+)
+def test_window_size_as_claude_code_reads_it(text: str, tokens: int | None) -> None:
+    """CLAUDE_CODE_AUTO_COMPACT_WINDOW as Claude Code 2.1.332 parses it (its bundled source)."""
+    from llamafleet.rules.cross import window_size
+
+    assert window_size(text) == tokens

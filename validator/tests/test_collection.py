@@ -71,6 +71,16 @@ def test_requires_ansible_is_the_tested_range() -> None:
 
     assert len(lows) == 2 and norm(lows[0]) == norm(lows[1]), (core, runtime)
     assert len(highs) == 2 and norm(highs[0]) == norm(highs[1]), (core, runtime)
+    # the README's install commands pin the ansible range requirements-dev.txt tests, and the
+    # debian13 scenario installs a release inside it
+    (ansible,) = re.findall(r"^ansible(>=\S+)", dev, re.M)
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    pins = re.findall(r"pip install '?ansible([<>=][^' ]*)'? ", readme)
+    assert pins and set(pins) == {ansible}, (pins, ansible)
+    converge = (REPO / "molecule" / "debian13" / "converge.yml").read_text(encoding="utf-8")
+    (spec,) = re.findall(r'_ws_pip_spec: \["ansible>=(\d+),<(\d+)"\]', converge)
+    low, high = re.findall(r">=(\d+),<(\d+)", ansible)[0]
+    assert int(low) <= int(spec[0]) and int(spec[1]) <= int(high), (spec, ansible)
 
 
 def test_no_role_or_playbook_keeps_plugins_of_its_own() -> None:

@@ -136,12 +136,21 @@ def test_claude_code_reuses_the_prompt_cache(host):
     off = float(re.search(r"^reuse_header_off=([0-9.]+)$", out.stdout, re.M).group(1))
     on = float(re.search(r"^reuse_header_on=([0-9.]+)$", out.stdout, re.M).group(1))
     cont = float(re.search(r"^reuse_continue=([0-9.]+)$", out.stdout, re.M).group(1))
+    found = re.search(r"^reuse_turns=([0-9.,]+)$", out.stdout, re.M)
+    turns = [float(x) for x in found.group(1).split(",")] if found else []
     # a new session: its prompt and Claude Code's late system message after it are new. Claude Code
     # 2.1.332 moved the session's environment (working directory, platform, date: ~9,100 characters
     # with the agent and skills lists) into that message: 79.7 % measured (2.1.197: 92.0 %). The same
     # session's next turn reuses nearly everything (99.7 %).
     assert off >= 0.75, report
     assert cont >= 0.99, report
+    # a session of six turns (runs 2 to 7): each later turn reuses the whole conversation so far
+    assert len(turns) == 4 and min(turns) >= 0.99, report
+    # a session with six Read/Edit tool calls: every request reads all of the previous request's
+    # prompt from the cache (measured 100 %)
+    assert re.search(r"^tool_turns=6$", out.stdout, re.M), report
+    held = re.search(r"^reuse_min_of_held=([0-9.]+)$", out.stdout, re.M)
+    assert held and float(held.group(1)) >= 0.99, report
     # the header costs reuse; how much depends on where the template puts the system text: the
     # official Qwen3.5 template renders the tools first, so only what follows them is lost (measured
     # with 2.1.332: 79.7 % -> 72.8 %; 2.1.197: 92.0 % -> 88.2 %); a template with the system text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -668,7 +669,7 @@ def window_size(text: str) -> int | None:
             value = float(parsed) if parsed is not None else None
     except ValueError:
         value = None
-    if value is None or value != value or value in (float("inf"), float("-inf")) or value < 1:
+    if value is None or not math.isfinite(value) or value < 1:
         return None
     return round(value)
 
