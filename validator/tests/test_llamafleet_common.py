@@ -674,7 +674,8 @@ def test_the_llama_server_profile_plans_in_memory(plan: ModuleType, tmp_path: Pa
     qwen = _qwen_description()
     variables = {
         "llama_server_profile_vram_mib": 0,
-        "llamafleet_gpus": [
+        # the llamafleet_common role's fact, set as a fact below (cacheable set_fact: ansible_facts)
+        "_test_gpus": [
             {"index": 0, "name": "NVIDIA GeForce RTX 4080 SUPER", "memory_mib": 16376},
             {"index": 1, "name": "NVIDIA GeForce RTX 3060", "memory_mib": 12288},
         ],
@@ -694,6 +695,10 @@ def test_the_llama_server_profile_plans_in_memory(plan: ModuleType, tmp_path: Pa
         - hosts: localhost
           gather_facts: false
           tasks:
+            - name: the GPUs as the llamafleet_common role leaves them
+              ansible.builtin.set_fact:
+                llamafleet_gpus: "{{{{ _test_gpus }}}}"
+                cacheable: true
             - name: profile
               ansible.builtin.import_tasks: {profile}
             - name: show

@@ -127,10 +127,11 @@ def test_claude_code_reuses_the_prompt_cache(host):
         capture_output=True, text=True, timeout=1800, check=False,
     )
     report = out.stdout + out.stderr
-    eph = os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY")
-    if eph:
-        with open(os.path.join(eph, "reuse-ratio.txt"), "w") as fh:
-            fh.write(report)
+    # kept beside the scenario's state (LLAMAFLEET_TESTHOSTS outlives the destroy step)
+    for where in (os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY"), os.environ.get("LLAMAFLEET_TESTHOSTS")):
+        if where and os.path.isdir(where):
+            with open(os.path.join(where, "reuse-ratio.txt"), "w") as fh:
+                fh.write(report)
     print(report)
     assert out.returncode == 0, report
     off = float(re.search(r"^reuse_header_off=([0-9.]+)$", out.stdout, re.M).group(1))
