@@ -656,6 +656,19 @@ def check_item(  # noqa: PLR0917 - a filter: Jinja passes its arguments by posit
     return item
 
 
+#: What the role publishes of each settings file it writes (claude_code_settings_files): where
+#: it is and what it points at; never a key.
+PUBLIC_TARGET_KEYS = ("name", "managed", "path", "server", "instance", "base_url", "model", "pool")
+
+
+def public_target(target: Any) -> dict[str, Any]:
+    """One entry of claude_code_settings_files: the keys of PUBLIC_TARGET_KEYS of one of the
+    role's settings-file targets."""
+    if not isinstance(target, Mapping):
+        raise AnsibleFilterError(f"claude_code_public_target: not a target: {target!r}")
+    return {k: target[k] for k in PUBLIC_TARGET_KEYS if k in target}
+
+
 def _usage(run: Any) -> tuple[int, int]:
     """(tokens the server evaluated, tokens it read from its cache) of one ``claude -p
     --output-format json`` result (its stdout, or the parsed object)."""
@@ -735,6 +748,7 @@ def summary(  # noqa: PLR0917 - a filter: Jinja passes its arguments by position
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
+            "claude_code_public_target": public_target,
             "claude_code_session_reuse": session_reuse,
             "claude_code_summary": summary,
             "claude_code_compact_window": compact_window,

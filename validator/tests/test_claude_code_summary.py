@@ -135,3 +135,29 @@ def test_kv_types(server: ModuleType) -> None:
 
     with pytest.raises(AnsibleFilterError, match="expected an argv list"):
         server.llamafleet_kv_types("llama-server -ctk q8_0")
+
+
+def test_public_target_keeps_no_key_material(claude: ModuleType) -> None:
+    """claude_code_settings_files (what llamafleet.fleet.smoke reads): where each file is and what
+    it points at, from the role's target; the CA, the key id, the env and the settings stay out."""
+    target = {
+        "name": "dev",
+        "managed": False,
+        "path": "/home/dev/.claude/settings.json",
+        "server": "lf-local",
+        "instance": "main",
+        "base_url": "https://10.0.0.5:8080",
+        "model": "main",
+        "pool": "",
+        "key_id": "lf-local/main/lf-local/dev",
+        "ca_pem": "-----BEGIN CERTIFICATE-----",
+        "env": {"ANTHROPIC_AUTH_TOKEN": "sk-x"},
+        "settings": {},
+    }
+    got = claude.public_target(target)
+    assert got == {k: target[k] for k in claude.PUBLIC_TARGET_KEYS}
+    assert "sk-x" not in json.dumps(got) and "CERTIFICATE" not in json.dumps(got)
+    from ansible.errors import AnsibleFilterError
+
+    with pytest.raises(AnsibleFilterError, match="not a target"):
+        claude.public_target("dev")
