@@ -10,6 +10,7 @@ role's filters, on the validator's address classifier."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -292,10 +293,79 @@ def llamafleet_kv_types(argv: Any) -> dict[str, str]:
     }
 
 
+#: what the gguf_models role's fact holds beside the saved metadata.json document
+_DESCRIBED_ONLY = ("dir", "path")
+
+
+def llamafleet_preflight_key(inputs: Any) -> str:
+    """A sha256 of the values the preflight read from the role's variables (``inputs``: a mapping
+    of each variable the role documents in meta/argument_specs.yml to its value, templated), so
+    that the same role included again in a run with any other value (another instance list, one
+    changed flag, another threshold) is resolved and checked again. JSON with sorted keys; a value
+    JSON cannot hold (a date, a custom object) goes in by its ``repr``."""
+    if not isinstance(inputs, Mapping):
+        kind = type(inputs).__name__
+        raise AnsibleFilterError(
+            f"llamafleet_preflight_key: expected a mapping of variables, got {kind}"
+        )
+    text = json.dumps(inputs, sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def llamafleet_preflight_current(
+    done: Any, build_name: Any, resolved: Any, gguf_models_metadata: Any, key: Any = None
+) -> bool:
+    """Whether this host's preflight of this run still holds, so the role need not run it again.
+
+    ``done`` is what the preflight recorded when it finished: ``{"build": llama_cpp_build.name
+    ("" when none), "key": llamafleet_preflight_key of the role's variables}``. It holds when
+
+    - the build is the same (``build_name``) and the role's variables are the same (``key``, the
+      key of their values now): the same role included again with ``cache_ram: 0`` is checked
+      again, and refused;
+    - what the gguf_models role has said since about the models of the resolved instances
+      (``_llama_server_resolved``; its fact ``gguf_models_metadata``) is what the preflight used:
+      each model's saved document as the instance's ``model_meta``, and its file's path as the
+      instance's ``model_path``.
+
+    Everything else the preflight reads is the same for the whole run: the build's directory
+    (named by its content), the GPU facts (gathered once per run).
+
+    The rollout checks every host's units in a first play and converges them in the next
+    (playbooks/rollout.yml): when nothing it read changed in between, the converge reuses the
+    first play's resolved instances and check instead of resolving and checking them again."""
+    if not isinstance(done, Mapping) or not isinstance(build_name, str):
+        return False
+    if done.get("build") != build_name:
+        return False
+    if not isinstance(key, str) or not key or done.get("key") != key:
+        return False
+    if not isinstance(resolved, list) or not all(isinstance(i, Mapping) for i in resolved):
+        return False
+    facts = gguf_models_metadata or {}
+    if not isinstance(facts, Mapping):
+        return False
+    for inst in resolved:
+        described = facts.get(inst.get("model_name"))
+        if described is None:
+            continue  # not placed by gguf_models in this run: the preflight read its file
+        used = inst.get("model_meta")
+        if not isinstance(described, Mapping) or not isinstance(used, Mapping):
+            return False
+        if "path" in described and described["path"] != inst.get("model_path"):
+            return False
+        for name, value in described.items():
+            if name not in _DESCRIBED_ONLY and used.get(name) != value:
+                return False
+    return True
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "llamafleet_kv_types": llamafleet_kv_types,
+            "llamafleet_preflight_current": llamafleet_preflight_current,
+            "llamafleet_preflight_key": llamafleet_preflight_key,
             "llamafleet_argv": llamafleet_argv,
             "llamafleet_systemd_quote": systemd_quote,
             "llamafleet_unit_value": unit_value,
