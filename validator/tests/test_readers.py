@@ -67,6 +67,36 @@ def test_wrapper_function_is_read_where_it_is_called() -> None:
     assert cfg.value("--model") == "q.gguf" and cfg.int_value("--port") == 8081
 
 
+def test_a_function_whose_body_is_a_subshell_is_read_where_it_is_called() -> None:
+    # `f() ( ... )`: bash runs the body in a subshell; its arguments are the call's
+    text = 'serve() (\n  exec llama-server -m "$1" -c 4096 --port "$2"\n)\nserve /m/q.gguf 8081\n'
+    (cfg,) = _servers(text)
+    assert cfg.value("--model") == "/m/q.gguf" and cfg.int_value("--port") == 8081
+    assert cfg.int_value("--ctx-size") == 4096 and cfg.line == 2
+
+
+def test_a_subshell_is_not_a_case_pattern() -> None:
+    # the `)` that closes `(cd ... && exec ./llama-server ...)` is not the end of a pattern: only
+    # inside `case ... in` is `word)` one
+    (cfg,) = _servers("(cd /opt && exec ./llama-server -m /m/q.gguf -c 4096)\n")
+    assert cfg.value("--model") == "/m/q.gguf" and cfg.int_value("--ctx-size") == 4096
+    (one,) = _servers("(llama-server -m /m/q.gguf)\n")
+    assert one.value("--model") == "/m/q.gguf"
+    text = (
+        'case "$1" in\n'
+        "  (big) llama-server -m /m/big.gguf -c 32768 ;;\n"
+        "  small|tiny) llama-server -m /m/small.gguf -c 4096 ;;\n"
+        "  *) echo usage ;;\n"
+        "esac\n"
+        "(exec llama-server -m /m/after.gguf)\n"
+    )
+    assert [s.value("--model") for s in _servers(text)] == [
+        "/m/big.gguf",
+        "/m/small.gguf",
+        "/m/after.gguf",
+    ]
+
+
 def test_function_never_called_is_read_with_unknown_arguments() -> None:
     text = 'start_server() {\n  llama-server -m "$MODEL" -c "$1"\n}\n'
     (cfg,) = _servers(text)

@@ -908,6 +908,9 @@ class ShellReader:
         self.x = Expander(self.st)
         self.c.nested_shell = self.nested
         self.last: tuple[ServerConfig, Command] | None = None
+        # how many `case ... in` are open: only inside one is `word)` a pattern, elsewhere the
+        # `)` closes a subshell, as in `(cd /opt && exec ./llama-server ...)`
+        self.cases = 0
 
     # -- entry points
     def read(self, text: str, line: int = 1) -> None:
@@ -971,14 +974,19 @@ class ShellReader:
                 k += 1
                 continue
             if isinstance(it, Word) and it.unquoted_literal() in _RESERVED:
-                if it.unquoted_literal() == "in":  # `case x in` / `for x in ...`
+                word = it.unquoted_literal()
+                if word == "case":
+                    self.cases += 1
+                elif word == "esac":
+                    self.cases = max(0, self.cases - 1)
+                elif word == "in":  # `case x in` / `for x in ...`
                     return []
                 k += 1
                 continue
             break
         rest = items[k:]
-        # a case pattern `start)`: up to the first ")" not opened in the command
-        if ")" in rest and "(" not in rest[: rest.index(")")]:
+        # a case pattern `start)`, inside a `case`: up to the first ")" not opened in the command
+        if self.cases and ")" in rest and "(" not in rest[: rest.index(")")]:
             cut = rest.index(")")
             if cut > 0 and all(isinstance(x, Word) for x in rest[:cut]):
                 # `f )` is not a case pattern when a function definition (f ( )) is meant
@@ -1011,6 +1019,8 @@ class ShellReader:
         """The commands of a function's body ``{ ... }``, and the index after it."""
         body: list[Command] = []
         depth = 0
+        if rest and rest[0] == "(":
+            return self._subshell_body(rest[1:], cmd, commands, i)
         if rest and isinstance(rest[0], Word) and rest[0].unquoted_literal() == "{":
             depth = 1
             rest = rest[1:]
@@ -1046,6 +1056,26 @@ class ShellReader:
             body.append(c)
             i += 1
         return body, i
+
+    def _subshell_body(
+        self, rest: list[Item], cmd: Command, commands: list[Command], i: int
+    ) -> tuple[list[Command], int]:
+        """The commands of a function's body in a subshell, ``f() ( ... )``, and the index after
+        it: up to the command that closes the parenthesis the body opened."""
+        body: list[Command] = []
+        depth = 1
+        while True:
+            depth += rest.count("(") - rest.count(")")
+            if depth <= 0:
+                while rest and rest[-1] == ")":
+                    rest = rest[:-1]
+            if rest:
+                body.append(Command(rest, cmd.line, cmd.end))
+            i += 1
+            if depth <= 0 or i >= len(commands):
+                return body, i
+            cmd = commands[i]
+            rest = list(cmd.items)
 
     # -- one command
     def one(self, cmd: Command, items: list[Item]) -> None:
