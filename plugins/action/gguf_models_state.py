@@ -16,8 +16,9 @@ model.yml, file.yml): M(llamafleet.fleet.gguf_fetch) for the models directory, e
 directory and each file (its sha256 file names the expected checksum, root owns it, one link;
 with O(verify_existing) it is hashed again), and M(llamafleet.fleet.gguf_metadata) for each
 model's saved metadata.json (the document it would write is the one there). When none of them
-would change anything, the result is C(current: true) and the fact C(gguf_models_metadata) is
-what the placing tasks would have set (each model's validated document plus C(dir) and C(path)).
+would change anything, the result is C(current: true) and its C(metadata) is what the placing
+tasks would have set as C(gguf_models_metadata) (each model's validated document plus C(dir) and
+C(path)); the role sets that fact from it.
 
 Anything else is C(current: false) with the C(reasons), and the role runs its placing tasks,
 which make the change or fail with their own message: a module that refuses (a link planted at a
@@ -188,7 +189,7 @@ class ActionModule(ActionBase):
             decision = decide(dict(self._task.args), run_module)
         except StateInputError as e:
             raise AnsibleActionFail(f"gguf_models_state: {e}") from None
+        # the role sets gguf_models_metadata from `metadata` with set_fact: facts returned here
+        # would be host facts, read at the top level only through INJECT_FACTS_AS_VARS
         result.update(decision, changed=False)
-        if decision["current"]:
-            result["ansible_facts"] = {"gguf_models_metadata": decision["metadata"]}
         return result

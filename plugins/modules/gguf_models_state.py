@@ -16,8 +16,9 @@ description:
     file, one link; with O(verify_existing) it is hashed again), and each model's saved
     C(metadata.json).
   - >-
-    When nothing would change, returns C(current=true) and sets the fact
-    C(gguf_models_metadata) to what the placing tasks would have set. Otherwise returns
+    When nothing would change, returns C(current=true) and, as C(metadata), what the placing
+    tasks would have set as the fact C(gguf_models_metadata) (the role sets it from this).
+    Otherwise returns
     C(current=false) and the C(reasons): the role then runs its placing tasks, which change what
     must change or fail with their own message (a refusal by a module is a reason here, not a
     failure).

@@ -246,9 +246,9 @@ def test_the_role_decides_once_on_a_converged_host(
     assert second["facts"]["tiny"]["path"] == str(models / "tiny" / "tiny.gguf")
     assert "Download tiny.gguf" not in out and "Place each model" not in out
     # the role's own tasks on a converged host: its argument check, the preflight's three
-    # checks, the decision and the include it skips (17 before the decision)
+    # checks, the decision, the fact from it and the include it skips
     own = re.findall(r"^TASK \[llamafleet\.fleet\.gguf_models : (.*?)\] \*", out, re.M)
-    assert len(own) == 6, own
+    assert len(own) == 7, own
     check, _ = _run(tmp_path, _play(models, model), "--check")
     assert check["current"] is True and check["changed"] == 0
 
