@@ -7,6 +7,7 @@ import io
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -266,3 +267,20 @@ def playbook_results(out: str) -> dict[str, Any]:
             _, name, data = msg.split(" ", 2)
             found[name] = json.loads(data)
     return found
+
+
+def gguf_bytes(name: str = "tiny", pad: int = 256 * 1024) -> bytes:
+    """A GGUF v3 file with a few key/values, no tensors, and `pad` bytes after the header."""
+
+    def s(text: str) -> bytes:
+        raw = text.encode()
+        return struct.pack("<Q", len(raw)) + raw
+
+    kvs = [
+        s("general.architecture") + struct.pack("<I", 8) + s("llama"),
+        s("general.name") + struct.pack("<I", 8) + s(name),
+        s("llama.context_length") + struct.pack("<I", 4) + struct.pack("<I", 4096),
+        s("llama.block_count") + struct.pack("<I", 4) + struct.pack("<I", 2),
+    ]
+    head = b"GGUF" + struct.pack("<IQQ", 3, 0, len(kvs)) + b"".join(kvs)
+    return head + bytes(range(256)) * (pad // 256)

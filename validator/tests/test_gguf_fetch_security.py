@@ -16,7 +16,6 @@ import os
 import shutil
 import signal
 import stat
-import struct
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType, ModuleType
@@ -24,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ModelServer, load_ansible_plugin, module_utils, plugin_path
+from conftest import ModelServer, gguf_bytes, load_ansible_plugin, module_utils, plugin_path
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "gguf_models"
 UID = 64123  # the old owner (the service account of earlier versions)
@@ -53,23 +52,6 @@ def meta_mod() -> ModuleType:
 @pytest.fixture(scope="module")
 def utils(meta_mod: ModuleType) -> ModuleType:
     return module_utils("safefs")
-
-
-def gguf_bytes(name: str = "tiny", pad: int = 256 * 1024) -> bytes:
-    """A GGUF v3 file with a few key/values, no tensors, and `pad` bytes after the header."""
-
-    def s(text: str) -> bytes:
-        raw = text.encode()
-        return struct.pack("<Q", len(raw)) + raw
-
-    kvs = [
-        s("general.architecture") + struct.pack("<I", 8) + s("llama"),
-        s("general.name") + struct.pack("<I", 8) + s(name),
-        s("llama.context_length") + struct.pack("<I", 4) + struct.pack("<I", 4096),
-        s("llama.block_count") + struct.pack("<I", 4) + struct.pack("<I", 2),
-    ]
-    head = b"GGUF" + struct.pack("<IQQ", 3, 0, len(kvs)) + b"".join(kvs)
-    return head + bytes(range(256)) * (pad // 256)
 
 
 MODEL = gguf_bytes()

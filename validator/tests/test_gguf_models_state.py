@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import re
-import struct
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
@@ -23,26 +22,9 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO, ModelServer, load_ansible_plugin, plugin_path, run_playbook
+from conftest import REPO, ModelServer, gguf_bytes, load_ansible_plugin, plugin_path, run_playbook
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the modules chown to root")
-
-
-def gguf_bytes(name: str = "tiny", pad: int = 64 * 1024) -> bytes:
-    """A GGUF v3 file with a few key/values, no tensors, and `pad` bytes after the header."""
-
-    def s(text: str) -> bytes:
-        raw = text.encode()
-        return struct.pack("<Q", len(raw)) + raw
-
-    kvs = [
-        s("general.architecture") + struct.pack("<I", 8) + s("llama"),
-        s("general.name") + struct.pack("<I", 8) + s(name),
-        s("llama.context_length") + struct.pack("<I", 4) + struct.pack("<I", 4096),
-        s("llama.block_count") + struct.pack("<I", 4) + struct.pack("<I", 2),
-    ]
-    head = b"GGUF" + struct.pack("<IQQ", 3, 0, len(kvs)) + b"".join(kvs)
-    return head + bytes(range(256)) * (pad // 256)
 
 
 MODEL = gguf_bytes()
