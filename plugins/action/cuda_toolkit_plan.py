@@ -25,7 +25,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
-from ansible.module_utils.compat.version import LooseVersion
 from ansible.plugins.action import ActionBase
 
 #: the NVIDIA display devices on the PCI bus (a GPU whose driver is missing or broken)
@@ -36,6 +35,8 @@ done
 true"""
 
 _NO_GPU = "no NVIDIA GPU (llamafleet_gpus is empty: nvidia-smi is not installed or lists no GPU)"
+#: the task's options (plugins/modules/cuda_toolkit_plan.py documents them)
+_ARGS = frozenset({"vars", "facts", "vars_dir", "host"})
 #: the role's variables the plan reads (by their names without cuda_toolkit_)
 VARS = frozenset(
     {
@@ -229,10 +230,18 @@ def plan(
     }
 
 
+def _loose(version: str) -> list[int | str]:
+    """A version's parts as Ansible's loose versions compare them: runs of digits as numbers,
+    runs of letters as words, dots dropped (570.133.07 -> [570, 133, 7])."""
+    parts = re.split(r"(\d+|[a-z]+|\.)", version)
+    return [int(p) if p.isdigit() else p for p in parts if p and p != "."]
+
+
 def _at_least(found: str, wanted: str) -> bool:
-    """Ansible's ``version(wanted, '>=')`` test (loose versions)."""
+    """Ansible's ``version(wanted, '>=')`` test (loose versions); False when the two do not
+    compare (a number against a word)."""
     try:
-        return bool(LooseVersion(found) >= LooseVersion(wanted))
+        return bool(_loose(found) >= _loose(wanted))
     except TypeError:
         return False
 
@@ -244,7 +253,7 @@ class ActionModule(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = super().run(tmp, task_vars)
         args = dict(self._task.args)
-        unknown = set(args) - {"vars", "facts", "vars_dir", "host"}
+        unknown = set(args) - _ARGS
         if unknown:
             raise AnsibleActionFail(
                 f"cuda_toolkit_plan: unknown options: {', '.join(sorted(unknown))}"

@@ -219,3 +219,20 @@ def test_the_role_on_a_host_without_a_gpu(tmp_path: Path) -> None:
         "Install and verify the toolkit",
         "Export the result as facts",
     ]
+
+
+@pytest.mark.parametrize(
+    ("found", "wanted", "ok"),
+    [
+        ("570.133.07", "570.26", True),  # 133 > 26: numbers, not text
+        ("570.26", "570.26", True),
+        ("550.54.15", "570.26", False),
+        ("580.65.06", "570.26", True),
+        ("570.9", "570.26", False),
+        ("", "570.26", False),
+    ],
+)
+def test_driver_versions_compare_as_ansibles_version_test(
+    mod: Any, found: str, wanted: str, ok: bool
+) -> None:
+    assert mod._at_least(found, wanted) is ok
