@@ -29,10 +29,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from llamafleet.flags import FALSEY, TRUTHY, FlagSpec, table
+from llamafleet.record import Record
 
 
 class ParseError(ValueError):
@@ -157,39 +157,77 @@ class Refusal:
         return f"Refusal({self.token!r}, {self.kind!r})"
 
 
-@dataclass
-class ServerConfig:
-    """A llama-server invocation: its options and environment."""
+class ServerConfig(Record):
+    """A llama-server invocation: its options and environment.
 
-    path: str
-    line: int = 1
-    binary: str | None = None
-    options: list[Option] = field(default_factory=list)
-    env: dict[str, tuple[str, int]] = field(default_factory=dict)
-    positional: list[Token] = field(default_factory=list)
-    source: str = "argv"  # argv | shell | cmd | powershell | unit | mapping | compose | docker
-    #: arguments llama-server refuses (positional words, --opt=value, "--opt value" in one word)
-    refused: list[Refusal] = field(default_factory=list)
-    #: option lines cut off from the command by a missing line continuation (each: the first
-    #: argument of the line)
-    detached: list[Token] = field(default_factory=list)
-    #: options may hide in an expansion the validator cannot resolve
-    opaque: bool = False
-    #: an environment the validator did not read (an EnvironmentFile=, a Compose env_file, a
-    #: docker --env-file) may set LLAMA_ARG_* options, the key among them
-    env_opaque: bool = False
-    #: in a container: (host address, host port, container port) of each published port;
-    #: None when not in a container (or with the host's network)
-    published: list[tuple[str, int, int]] | None = None
-    #: other names the server is reached by (a Compose service name, a container name)
-    names: tuple[str, ...] = ()
-    #: the llama.cpp build number the file itself names (a release archive, an image tag)
-    build: int | None = None
-    _index: dict[str, Option] = field(default_factory=dict, repr=False)
-    _indexed: int = field(default=0, repr=False)
-    _ints: dict[str, int | None] = field(default_factory=dict, repr=False)
-    #: values rules compute once per server (its addresses, ...)
-    memo: dict[str, Any] = field(default_factory=dict, repr=False)
+    Fields: ``refused``: arguments llama-server refuses (positional words, --opt=value,
+    "--opt value" in one word). ``detached``: option lines cut off from the command by a missing
+    line continuation (each: the first argument of the line). ``opaque``: options may hide in an
+    expansion the validator cannot resolve. ``env_opaque``: an environment the validator did not
+    read (an EnvironmentFile=, a Compose env_file, a docker --env-file) may set LLAMA_ARG_*
+    options, the key among them. ``published``: in a container, (host address, host port,
+    container port) of each published port; None when not in a container (or with the host's
+    network). ``names``: other names the server is reached by (a Compose service name, a
+    container name). ``build``: the llama.cpp build number the file itself names (a release
+    archive, an image tag). ``memo``: values rules compute once per server (its addresses, ...)."""
+
+    _fields = (
+        "path",
+        "line",
+        "binary",
+        "options",
+        "env",
+        "positional",
+        "source",
+        "refused",
+        "detached",
+        "opaque",
+        "env_opaque",
+        "published",
+        "names",
+        "build",
+        "_index",
+        "_indexed",
+        "_ints",
+        "memo",
+    )
+    _hidden = frozenset(("_index", "_indexed", "_ints", "memo"))
+
+    def __init__(  # noqa: PLR0917 - the fields, in the order they always had
+        self,
+        path: str,
+        line: int = 1,
+        binary: str | None = None,
+        options: list[Option] | None = None,
+        env: dict[str, tuple[str, int]] | None = None,
+        positional: list[Token] | None = None,
+        source: str = "argv",  # argv | shell | cmd | powershell | unit | mapping | compose | docker
+        refused: list[Refusal] | None = None,
+        detached: list[Token] | None = None,
+        opaque: bool = False,
+        env_opaque: bool = False,
+        published: list[tuple[str, int, int]] | None = None,
+        names: tuple[str, ...] = (),
+        build: int | None = None,
+    ) -> None:
+        self.path = path
+        self.line = line
+        self.binary = binary
+        self.options: list[Option] = options if options is not None else []
+        self.env: dict[str, tuple[str, int]] = env if env is not None else {}
+        self.positional: list[Token] = positional if positional is not None else []
+        self.source = source
+        self.refused: list[Refusal] = refused if refused is not None else []
+        self.detached: list[Token] = detached if detached is not None else []
+        self.opaque = opaque
+        self.env_opaque = env_opaque
+        self.published = published
+        self.names = names
+        self.build = build
+        self._index: dict[str, Option] = {}
+        self._indexed = 0
+        self._ints: dict[str, int | None] = {}
+        self.memo: dict[str, Any] = {}
 
     # -- lookups (the last occurrence wins, as in llama.cpp; argv wins over LLAMA_ARG_*) --
     def _reindex(self) -> dict[str, Option]:

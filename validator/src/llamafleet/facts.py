@@ -7,32 +7,63 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from llamafleet.errors import InputError
 from llamafleet.flags import HelpFacts, parse_help
 from llamafleet.gguf_meta import ModelFacts, load_model_meta, model_from_dict
+from llamafleet.record import Record
 
 
 class FactsError(InputError):
     pass
 
 
-@dataclass
-class Facts:
-    help: HelpFacts | None = None
-    version_text: str | None = None
-    build_number: int | None = None
-    commit: str | None = None
-    model: ModelFacts | None = None
-    gpu_name: str | None = None
-    gpu_vram_mib: float | None = None
-    gpu_cc: str | None = None
-    cpu_cores: int | None = None
-    ram_mib: float | None = None
-    cuda_architectures: list[str] | None = None
-    backend: str | None = None
+class Facts(Record):
+    """What is known about the target; every fact is optional (None: not known)."""
+
+    _fields = (
+        "help",
+        "version_text",
+        "build_number",
+        "commit",
+        "model",
+        "gpu_name",
+        "gpu_vram_mib",
+        "gpu_cc",
+        "cpu_cores",
+        "ram_mib",
+        "cuda_architectures",
+        "backend",
+    )
+
+    def __init__(  # noqa: PLR0917 - the fields, in the order they always had
+        self,
+        help: HelpFacts | None = None,
+        version_text: str | None = None,
+        build_number: int | None = None,
+        commit: str | None = None,
+        model: ModelFacts | None = None,
+        gpu_name: str | None = None,
+        gpu_vram_mib: float | None = None,
+        gpu_cc: str | None = None,
+        cpu_cores: int | None = None,
+        ram_mib: float | None = None,
+        cuda_architectures: list[str] | None = None,
+        backend: str | None = None,
+    ) -> None:
+        self.help = help
+        self.version_text = version_text
+        self.build_number = build_number
+        self.commit = commit
+        self.model = model
+        self.gpu_name = gpu_name
+        self.gpu_vram_mib = gpu_vram_mib
+        self.gpu_cc = gpu_cc
+        self.cpu_cores = cpu_cores
+        self.ram_mib = ram_mib
+        self.cuda_architectures = cuda_architectures
+        self.backend = backend
 
     def set_version(self, text: str) -> None:
         self.version_text = text

@@ -12,9 +12,10 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
+
+from llamafleet.record import FrozenRecord, Record
 
 #: KV cache types of upstream llama.cpp.
 UPSTREAM_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
@@ -99,13 +100,24 @@ class FlagSpec:
         return f"FlagSpec({self.canonical!r}, kind={self.kind!r})"
 
 
-@dataclass
-class FlagTable:
-    specs: list[FlagSpec] = field(default_factory=list)
-    by_name: dict[str, tuple[FlagSpec, bool]] = field(default_factory=dict)
-    by_env: dict[str, FlagSpec] = field(default_factory=dict)
-    by_canonical: dict[str, FlagSpec] = field(default_factory=dict)
-    predecessors: dict[str, str] = field(default_factory=dict)
+class FlagTable(Record):
+    """Every option of a build, by spelling, by LLAMA_ARG_* variable and by canonical name."""
+
+    _fields = ("specs", "by_name", "by_env", "by_canonical", "predecessors")
+
+    def __init__(
+        self,
+        specs: list[FlagSpec] | None = None,
+        by_name: dict[str, tuple[FlagSpec, bool]] | None = None,
+        by_env: dict[str, FlagSpec] | None = None,
+        by_canonical: dict[str, FlagSpec] | None = None,
+        predecessors: dict[str, str] | None = None,
+    ) -> None:
+        self.specs: list[FlagSpec] = specs if specs is not None else []
+        self.by_name: dict[str, tuple[FlagSpec, bool]] = by_name if by_name is not None else {}
+        self.by_env: dict[str, FlagSpec] = by_env if by_env is not None else {}
+        self.by_canonical: dict[str, FlagSpec] = by_canonical if by_canonical is not None else {}
+        self.predecessors: dict[str, str] = predecessors if predecessors is not None else {}
 
     def add(self, spec: FlagSpec) -> None:
         self.specs.append(spec)
@@ -216,14 +228,24 @@ _HELP_NEXT = re.compile(r",\s*(--?[A-Za-z](?:[\w+.-]*[\w+])?)(?=[\s,]|$)")
 _ALLOWED = re.compile(r"allowed values:\s*(.+)")
 
 
-@dataclass(frozen=True)
-class HelpFacts:
+class HelpFacts(FrozenRecord):
     """What a build's ``--help`` output says: its option names, its KV cache types and the
     ``allowed values:`` list of each option that prints one (keyed by every spelling)."""
 
+    _fields = ("names", "cache_types", "allowed_values")
     names: frozenset[str]
     cache_types: tuple[str, ...] | None
-    allowed_values: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    allowed_values: Mapping[str, tuple[str, ...]]
+
+    def __init__(
+        self,
+        names: frozenset[str],
+        cache_types: tuple[str, ...] | None,
+        allowed_values: Mapping[str, tuple[str, ...]] | None = None,
+    ) -> None:
+        self._set("names", names)
+        self._set("cache_types", cache_types)
+        self._set("allowed_values", allowed_values if allowed_values is not None else {})
 
 
 _LIST_CONTINUATION = re.compile(r"^[A-Za-z0-9_.]+(?:,\s*[A-Za-z0-9_.]+)*,?$")

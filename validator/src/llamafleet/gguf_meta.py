@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from llamafleet.errors import InputError
 from llamafleet.gguf_header import parse_header
+from llamafleet.record import Record
 
 if TYPE_CHECKING:
     from llamafleet.argv import ServerConfig
@@ -169,13 +169,20 @@ def read_gguf(path: str) -> dict[str, Any]:
     return {"path": path, "metadata": meta, "tensors": tensors}
 
 
-@dataclass
-class ModelFacts:
+class ModelFacts(Record):
     """What the rules need to know about a model."""
 
-    metadata: dict[str, Any]
-    tensors: list[dict[str, Any]] = field(default_factory=list)
-    path: str | None = None
+    _fields = ("metadata", "tensors", "path")
+
+    def __init__(
+        self,
+        metadata: dict[str, Any],
+        tensors: list[dict[str, Any]] | None = None,
+        path: str | None = None,
+    ) -> None:
+        self.metadata = metadata
+        self.tensors: list[dict[str, Any]] = tensors if tensors is not None else []
+        self.path = path
 
     @property
     def architecture(self) -> str | None:

@@ -20,7 +20,8 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+
+from llamafleet.record import FrozenRecord
 
 #: Referenced files above this size are not read.
 MAX_BYTES = 1 << 20
@@ -71,22 +72,34 @@ def read_regular_file(path: str, limit: int = MAX_BYTES) -> str | None:
     return b"".join(chunks).decode("utf-8", errors="replace")
 
 
-@dataclass(frozen=True)
-class ReferencedFiles:
-    """Which files named inside an input may be opened (default: none)."""
+class ReferencedFiles(FrozenRecord):
+    """Which files named inside an input may be opened (default: none).
 
-    directory: str | None = None
-    as_named: bool = False
-    #: texts handed over in memory, by the exact path an input names (an Ansible role passes the
-    #: files it is about to write beside a unit, e.g. its chat template): read before any disk
-    contents: Mapping[str, str] | None = field(default=None, hash=False, compare=False)
-    #: the caller handed over every file it has (an Ansible role's check): nothing is left
-    #: unopened to tell the user about (LF003)
-    complete: bool = False
+    ``contents``: texts handed over in memory, by the exact path an input names (an Ansible role
+    passes the files it is about to write beside a unit, e.g. its chat template): read before any
+    disk; neither compared nor hashed. ``complete``: the caller handed over every file it has (an
+    Ansible role's check): nothing is left unopened to tell the user about (LF003)."""
 
-    def __post_init__(self) -> None:
-        if self.directory is not None and self.as_named:
+    _fields = ("directory", "as_named", "contents", "complete")
+    _uncompared = frozenset(("contents",))
+    directory: str | None
+    as_named: bool
+    contents: Mapping[str, str] | None
+    complete: bool
+
+    def __init__(
+        self,
+        directory: str | None = None,
+        as_named: bool = False,
+        contents: Mapping[str, str] | None = None,
+        complete: bool = False,
+    ) -> None:
+        if directory is not None and as_named:
             raise ValueError("give either a referenced-files directory or as_named, not both")
+        self._set("directory", directory)
+        self._set("as_named", as_named)
+        self._set("contents", contents)
+        self._set("complete", complete)
 
     @property
     def enabled(self) -> bool:

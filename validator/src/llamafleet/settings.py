@@ -14,10 +14,10 @@ import os
 import re
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import SplitResult
 
+from llamafleet.record import Record
 from llamafleet.values import Unresolved, split_url
 
 SCOPES = ("managed", "local", "project", "user", "env")  # highest precedence first
@@ -29,19 +29,47 @@ ANTHROPIC_HOSTS = ("api.anthropic.com",)
 TOKEN_KEYS = ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY")
 
 
-@dataclass
-class SettingsFile:
-    path: str
-    scope: str
-    text: str
-    data: dict[str, Any] | None = None
-    error: str | None = None
-    error_line: int = 1
-    error_col: int = 1
-    mode: int | None = None  # st_mode permission bits when read from disk
-    #: how findings name it when it is not a whole file (a Compose service's environment)
-    name: str = ""
-    _lines: dict[tuple[str, ...], int] = field(default_factory=dict, repr=False)
+class SettingsFile(Record):
+    """One Claude Code settings file (or environment) as read: its data, or why it is invalid.
+    ``mode``: the st_mode permission bits when read from disk; ``name``: how findings name it
+    when it is not a whole file (a Compose service's environment)."""
+
+    _fields = (
+        "path",
+        "scope",
+        "text",
+        "data",
+        "error",
+        "error_line",
+        "error_col",
+        "mode",
+        "name",
+        "_lines",
+    )
+    _hidden = frozenset(("_lines",))
+
+    def __init__(  # noqa: PLR0917 - the fields, in the order they always had
+        self,
+        path: str,
+        scope: str,
+        text: str,
+        data: dict[str, Any] | None = None,
+        error: str | None = None,
+        error_line: int = 1,
+        error_col: int = 1,
+        mode: int | None = None,
+        name: str = "",
+    ) -> None:
+        self.path = path
+        self.scope = scope
+        self.text = text
+        self.data = data
+        self.error = error
+        self.error_line = error_line
+        self.error_col = error_col
+        self.mode = mode
+        self.name = name
+        self._lines: dict[tuple[str, ...], int] = {}
 
     def line_of(self, *keys: str) -> int:
         """Best-effort line of a (nested) key, e.g. line_of("env", "ANTHROPIC_BASE_URL")."""
@@ -181,18 +209,26 @@ class Value:
         return f"Value({self.value!r}, {self.file.path if self.file else None!r}, {self.line})"
 
 
-@dataclass
-class Client:
-    """The effective settings of one Claude Code user: files merged by precedence."""
+class Client(Record):
+    """The effective settings of one Claude Code user: files merged by precedence. ``memo``:
+    values rules compute once per client (its URL split up, ...)."""
 
-    files: list[SettingsFile]
-    process_env: dict[str, str] = field(default_factory=dict)
-    name: str = ""
-    _ordered: list[SettingsFile] | None = field(default=None, repr=False)
-    _env: dict[str, Value | None] = field(default_factory=dict, repr=False)
-    _third_party: bool | None = field(default=None, repr=False)
-    #: values rules compute once per client (its URL split up, ...)
-    memo: dict[str, Any] = field(default_factory=dict, repr=False)
+    _fields = ("files", "process_env", "name", "_ordered", "_env", "_third_party", "memo")
+    _hidden = frozenset(("_ordered", "_env", "_third_party", "memo"))
+
+    def __init__(
+        self,
+        files: list[SettingsFile],
+        process_env: dict[str, str] | None = None,
+        name: str = "",
+    ) -> None:
+        self.files = files
+        self.process_env: dict[str, str] = process_env if process_env is not None else {}
+        self.name = name
+        self._ordered: list[SettingsFile] | None = None
+        self._env: dict[str, Value | None] = {}
+        self._third_party: bool | None = None
+        self.memo: dict[str, Any] = {}
 
     def ordered(self) -> list[SettingsFile]:
         """Valid files from highest to lowest precedence."""

@@ -13,9 +13,8 @@ Used by :func:`llamafleet.planner.estimate` (memory), LS003/LS004 (the server's 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from llamafleet.argv import ServerConfig
+from llamafleet.record import Record
 
 #: Slots of an auto ``-np`` (llama-server's default), sharing a unified KV cache.
 AUTO_SLOTS = 4
@@ -50,14 +49,18 @@ def context_size(cfg: ServerConfig, n_ctx_train: int | None) -> tuple[int | None
     return None, ""
 
 
-@dataclass
-class SlotLayout:
-    """How llama.cpp lays out the KV cells of ``-c`` over the slots."""
+class SlotLayout(Record):
+    """How llama.cpp lays out the KV cells of ``-c`` over the slots: ``n_parallel`` slots,
+    ``unified`` (one KV stream shared by all slots), ``n_ctx`` KV cells in all (llama.cpp's
+    n_ctx, padded), ``n_ctx_seq`` cells one slot, i.e. one request, may use."""
 
-    n_parallel: int  # slots
-    unified: bool  # one KV stream shared by all slots
-    n_ctx: int  # KV cells in all (llama.cpp's n_ctx, padded)
-    n_ctx_seq: int  # cells one slot, i.e. one request, may use (n_ctx_seq)
+    _fields = ("n_parallel", "unified", "n_ctx", "n_ctx_seq")
+
+    def __init__(self, n_parallel: int, unified: bool, n_ctx: int, n_ctx_seq: int) -> None:
+        self.n_parallel = n_parallel
+        self.unified = unified
+        self.n_ctx = n_ctx
+        self.n_ctx_seq = n_ctx_seq
 
     @property
     def n_stream(self) -> int:
@@ -74,12 +77,15 @@ def slot_layout(ctx_tokens: int, n_parallel: int, unified: bool) -> SlotLayout:
     return SlotLayout(n_parallel, False, per * n_parallel, per)
 
 
-@dataclass
-class SlotContext:
-    """The context one request may use on a server: llama.cpp's ``n_ctx_seq``."""
+class SlotContext(Record):
+    """The context one request may use on a server: llama.cpp's ``n_ctx_seq`` (``tokens``), and
+    how it follows from the flags, for messages (``detail``)."""
 
-    tokens: int
-    detail: str  # how it follows from the flags, for messages
+    _fields = ("tokens", "detail")
+
+    def __init__(self, tokens: int, detail: str) -> None:
+        self.tokens = tokens
+        self.detail = detail
 
 
 def request_context(cfg: ServerConfig, n_ctx_train: int | None = None) -> SlotContext | None:

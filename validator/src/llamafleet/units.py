@@ -7,9 +7,9 @@ Files a unit names (``EnvironmentFile=``, ``LoadCredential=NAME:PATH``) are open
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 from llamafleet.argv import ParseError, ServerConfig, Token
+from llamafleet.record import Record
 from llamafleet.refs import NEVER, ReferencedFiles
 
 
@@ -49,15 +49,26 @@ class UnitEntry:
     __hash__ = None  # type: ignore[assignment]
 
 
-@dataclass
-class Unit:
-    path: str
-    sections: dict[str, list[UnitEntry]] = field(default_factory=dict)
-    server: ServerConfig | None = None
-    #: every ``[Section]`` header in file order, with its line (a repeated name is kept twice)
-    headers: list[tuple[str, int]] = field(default_factory=list)
-    #: the program ExecStart= runs (when it is not llama-server, ``server`` is None)
-    program: str | None = None
+class Unit(Record):
+    """A unit file's sections, and the llama-server its ``ExecStart=`` runs. ``headers``: every
+    ``[Section]`` header in file order, with its line (a repeated name is kept twice);
+    ``program``: the program ``ExecStart=`` runs."""
+
+    _fields = ("path", "sections", "server", "headers", "program")
+
+    def __init__(
+        self,
+        path: str,
+        sections: dict[str, list[UnitEntry]] | None = None,
+        server: ServerConfig | None = None,
+        headers: list[tuple[str, int]] | None = None,
+        program: str | None = None,
+    ) -> None:
+        self.path = path
+        self.sections: dict[str, list[UnitEntry]] = sections if sections is not None else {}
+        self.server = server
+        self.headers: list[tuple[str, int]] = headers if headers is not None else []
+        self.program = program
 
     def get(self, section: str, key: str) -> UnitEntry | None:
         """Last assignment of `key` in `section` (an empty assignment resets: returns None)."""

@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from llamafleet.argv import ServerConfig, parse_argv_list
 from llamafleet.gguf_meta import ModelFacts
+from llamafleet.record import Record
 from llamafleet.refs import NEVER, ReferencedFiles
 from llamafleet.rules.base import Context, Hit, rule
 from llamafleet.rules.client import _where
@@ -111,14 +111,22 @@ def server_url(cfg: ServerConfig, host: str | None = None) -> str:
     return f"{'https' if serves_tls(cfg) else 'http'}://{h}:{p}"
 
 
-@dataclass
-class ClientURL:
-    scheme: str  # "http" or "https" (lower case)
-    host: str  # without brackets, lower case
-    port: int  # the URL's port, else 443 for https and 80 for http
-    file: str
-    line: int
-    value: str
+class ClientURL(Record):
+    """A client's ANTHROPIC_BASE_URL split up: ``scheme`` "http" or "https" (lower case),
+    ``host`` without brackets, lower case, ``port`` the URL's, else 443 for https and 80 for
+    http; where it is set, and its text."""
+
+    _fields = ("scheme", "host", "port", "file", "line", "value")
+
+    def __init__(  # noqa: PLR0917 - the fields
+        self, scheme: str, host: str, port: int, file: str, line: int, value: str
+    ) -> None:
+        self.scheme = scheme
+        self.host = host
+        self.port = port
+        self.file = file
+        self.line = line
+        self.value = value
 
 
 def client_url(c: Client) -> ClientURL | None:
@@ -431,17 +439,27 @@ def _frontend_url(
     return f"{'https' if b.ssl else 'http'}://{host}:{b.port}"
 
 
-@dataclass
-class PoolRoute:
-    """A client's URL at a pool's frontend, and the checked servers behind it."""
+class PoolRoute(Record):
+    """A client's URL at a pool's frontend, and the checked servers behind it: ``servers`` is
+    (server line, the checked llama-server behind it) of every enabled server line."""
 
-    ctx: Context
-    config: HAProxyConfig
-    frontend: Proxy
-    bind: Bind
-    url: ClientURL
-    #: (server line, the checked llama-server behind it) of every enabled server line
-    servers: list[tuple[Server, ServerConfig]]
+    _fields = ("ctx", "config", "frontend", "bind", "url", "servers")
+
+    def __init__(  # noqa: PLR0917 - the fields
+        self,
+        ctx: Context,
+        config: HAProxyConfig,
+        frontend: Proxy,
+        bind: Bind,
+        url: ClientURL,
+        servers: list[tuple[Server, ServerConfig]],
+    ) -> None:
+        self.ctx = ctx
+        self.config = config
+        self.frontend = frontend
+        self.bind = bind
+        self.url = url
+        self.servers = servers
 
     def scheme(self) -> str | None:
         """The scheme the frontend speaks to clients: https with ``ssl`` on the bind line, http
@@ -674,16 +692,29 @@ def window_size(text: str) -> int | None:
     return round(value)
 
 
-@dataclass
-class CompactWindow:
-    """The window Claude Code (2.1.332) compacts at, for a model it does not know."""
+class CompactWindow(Record):
+    """The window Claude Code (2.1.332) compacts at, for a model it does not know: ``tokens``
+    (compaction starts CLAUDE_CODE_COMPACT_MARGIN below it), ``how`` it comes from, for messages
+    ("" for Claude Code's default), where it is set, what switches auto-compaction ``off`` when
+    something does, and the ``model``'s window as Claude Code assumes it."""
 
-    tokens: int  # the window; compaction starts CLAUDE_CODE_COMPACT_MARGIN below it
-    how: str  # where it comes from, for messages ("" for Claude Code's default)
-    file: str
-    line: int
-    off: str = ""  # what switches auto-compaction off, when something does
-    model: int = CLAUDE_CODE_DEFAULT_WINDOW  # the model's window as Claude Code assumes it
+    _fields = ("tokens", "how", "file", "line", "off", "model")
+
+    def __init__(  # noqa: PLR0917 - the fields
+        self,
+        tokens: int,
+        how: str,
+        file: str,
+        line: int,
+        off: str = "",
+        model: int = CLAUDE_CODE_DEFAULT_WINDOW,
+    ) -> None:
+        self.tokens = tokens
+        self.how = how
+        self.file = file
+        self.line = line
+        self.off = off
+        self.model = model
 
 
 def model_window(c: Client) -> tuple[int, str]:

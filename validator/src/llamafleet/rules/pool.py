@@ -120,6 +120,8 @@ _TIMEOUT_EFFECT = {
 
 @rule("HP002")
 def pool_timeout_too_short(ctx: Context) -> Iterator[Hit]:
+    if not ctx.pools:
+        return  # (the HAProxy reader is imported only for a run that read a pool)
     from llamafleet.readers.haproxy import format_ms
 
     for pool in ctx.pools:
@@ -147,6 +149,8 @@ def pool_timeout_too_short(ctx: Context) -> Iterator[Hit]:
 
 @rule("HP003")
 def pool_balance_not_affine(ctx: Context) -> Iterator[Hit]:
+    if not ctx.pools:
+        return  # (the HAProxy reader is imported only for a run that read a pool)
     from llamafleet.readers.haproxy import NOT_AFFINE
 
     for pool in ctx.pools:
