@@ -125,6 +125,27 @@ def client_key_file(name: Any) -> str:
     return str(name).replace("/", "__") + ".key"
 
 
+def key_instances(resolved: Any) -> list[dict[str, Any]]:
+    """What the llama_server_keys module needs of the resolved instances: each one's name and
+    client names (not its model metadata or template, which would travel to the host)."""
+    return [
+        {"name": str(i["name"]), "client_keys": list(i.get("client_keys") or [])} for i in resolved
+    ]
+
+
+def template_files(resolved: Any) -> list[dict[str, Any]]:
+    """What the llama_server_units module writes of the instances' fixed chat templates: name,
+    path and text of each."""
+    return [
+        {
+            "name": str(i["name"]),
+            "path": str(i["chat_template"]["path"]),
+            "content": str(i["chat_template"]["text"]),
+        }
+        for i in resolved
+    ]
+
+
 def client_keys(names: Any, instance: str = "?") -> list[str]:
     """The client names of an instance (`client_keys`, else llama_server_client_keys): a list of
     unique names of letters, digits and `_ . @ / -` (such as `host/user`), each one its own key
@@ -373,6 +394,8 @@ class FilterModule:
             "llamafleet_unit_environment": unit_environment,
             "llamafleet_client_keys": client_keys,
             "llamafleet_client_key_file": client_key_file,
+            "llamafleet_key_instances": key_instances,
+            "llamafleet_template_files": template_files,
             "llamafleet_exposure_score": llamafleet_exposure_score,
             "llamafleet_instance_ignores": llamafleet_instance_ignores,
             "llamafleet_chat_template_fix": llamafleet_chat_template_fix,
