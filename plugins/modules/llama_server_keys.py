@@ -27,10 +27,11 @@ description:
     line, written through a temporary file renamed over it only when it differs.
   - For an instance without clients, C(<instance>.clients/) and C(<instance>.keys) are removed.
   - "Every key read is checked before it is returned or written into a credential: one line of
-    1 to 4096 printable ASCII characters without blanks (a trailing newline is dropped). A key
-    file that is a link, not a regular file, has more than one hard link, or holds anything else
-    (a second line would be a second key the server accepts, and clients send the key in an HTTP
-    header) fails the task, naming the file and the fix; nothing is written for that instance."
+    1 to 4096 printable ASCII characters without blanks (blanks and newlines around it are
+    dropped). A key file that is a link, not a regular file, has more than one hard link, or
+    holds anything else (a second line would be a second key the server accepts, and clients
+    send the key in an HTTP header) fails the task, naming the file and the fix; nothing is
+    written for that instance."
   - In check mode nothing changes; the keys that exist are returned (a key that would be made is
     not), and RV(changes) says what would change.
   - Must run as root.
@@ -90,16 +91,17 @@ import string
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.llamafleet.fleet.plugins.module_utils.api_key import (
+    MAX_KEY,
+    InvalidKeyError,
+    check_key,
+)
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 KEY_ALPHABET = string.ascii_letters + string.digits
 KEY_LENGTH = 48
-MAX_KEY = 4096
-#: one key: printable ASCII without blanks (what llama-server's --api-key-file reads as one key
-#: per line, and what a client may send in an HTTP header)
-KEY = re.compile(rf"[\x21-\x7e]{{1,{MAX_KEY}}}\Z")
 #: an instance or client file name: one path component of letters, digits and _ . @ -
 NAME = re.compile(r"[A-Za-z0-9_.@-]+\Z")
 
@@ -192,7 +194,12 @@ class Keys:
                     f"{path} is not a regular file with one link: remove it and the role makes a "
                     "new key"
                 )
-            data = os.read(fd, MAX_KEY + 3)
+            if st.st_size > MAX_KEY + 64:
+                raise RefusedError(
+                    f"{path} holds {st.st_size} bytes, more than one key ({MAX_KEY} characters at "
+                    "most): remove it and the role makes a new key"
+                )
+            data = os.read(fd, MAX_KEY + 64)
             if (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) != (0, 0, 0o600):
                 self.changes.append(f"set {path} to root:root 0600")
                 if not self.check:
@@ -200,15 +207,10 @@ class Keys:
                     os.fchmod(fd, 0o600)
         finally:
             os.close(fd)
-        text = data.decode("ascii", errors="replace")
-        key = text[:-1] if text.endswith("\n") else text
-        key = key[:-1] if key.endswith("\r") else key
-        if not KEY.match(key):
-            raise RefusedError(
-                f"{path} does not hold one key (one line of 1 to {MAX_KEY} printable ASCII "
-                "characters without blanks): a second line would be a second key the server "
-                "accepts. Write one key there, or remove the file and the role makes a new one"
-            )
+        try:
+            key: str = check_key(data.decode("ascii", errors="replace"), path)
+        except InvalidKeyError as exc:
+            raise RefusedError(str(exc)) from exc
         return key
 
     def ensure(self, dfd: int | None, where: str, name: str) -> str | None:

@@ -99,12 +99,14 @@ def _current(dfd: int, name: str) -> tuple[bytes, tuple[int, int, int]] | None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             return None
-        chunks = []
+        chunks: list[bytes] = []
+        size = 0
         while True:
             chunk = os.read(fd, 1 << 20)
-            if not chunk or sum(len(c) for c in chunks) > MAX_READ:
+            if not chunk or size > MAX_READ:
                 break
             chunks.append(chunk)
+            size += len(chunk)
         return b"".join(chunks), (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode))
     finally:
         os.close(fd)

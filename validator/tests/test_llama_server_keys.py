@@ -159,18 +159,25 @@ def test_a_key_that_is_a_link_is_not_read(keys: ModuleType, open_tmp: Path) -> N
         (b"key with blanks\n", "without blanks"),
         (b"key\x1b[31m\n", "printable"),  # terminal escapes into a client's settings
         (b"\n", "1 to 4096"),
-        (b"k" * 5000, "1 to 4096"),
+        (b"  spaced-key-ok\n\n", None),  # blanks around one key: the key (as `trim` read it)
+        (b"k" * 4097, "1 to 4096"),
+        (b"key" + b" " * 5000 + b"second\n", "more than one key"),
         ("clé-unicode\n".encode(), "printable ASCII"),
     ],
 )
 def test_a_key_that_is_not_one_key_is_refused(
-    keys: ModuleType, open_tmp: Path, content: bytes, why: str
+    keys: ModuleType, open_tmp: Path, content: bytes, why: str | None
 ) -> None:
     d = open_tmp / "keys"
     keys.run(str(d), [MAIN], False)
     credential = (d / "main.keys").read_bytes()
     (d / "main.clients" / "ws__bob.key").write_bytes(content)
-    msg = _refused(keys, d, [MAIN], f"{d}/main.clients/ws__bob.key does not hold one key")
+    if why is None:  # accepted: the key without the blanks around it
+        r = keys.run(str(d), [MAIN], False)
+        assert r["client_api_keys"]["main"]["ws/bob"] == content.decode().strip()
+        assert (d / "main.keys").read_text().splitlines()[-1] == content.decode().strip()
+        return
+    msg = _refused(keys, d, [MAIN], f"{d}/main.clients/ws__bob.key ")
     assert why in msg
     assert (d / "main.keys").read_bytes() == credential  # nothing written with it
 
