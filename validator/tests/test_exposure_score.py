@@ -1,5 +1,5 @@
 """The llama_server role's `llamafleet_exposure_score` filter: the overall exposure score of
-`systemd-analyze security UNIT` output, and the service.yml task that reports it."""
+`systemd-analyze security UNIT` output, and the verify.yml task that reports it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 SERVICE_TASKS = (
-    Path(__file__).resolve().parents[2] / "roles" / "llama_server" / "tasks" / "service.yml"
+    Path(__file__).resolve().parents[2] / "roles" / "llama_server" / "tasks" / "verify.yml"
 )
 ESC = "\x1b"
 

@@ -1,5 +1,5 @@
 """The llama_server role's check that an instance's address filter is in effect: its real task
-("Connect to each instance from an address its filter refuses", read from tasks/service.yml, not
+("Connect to each instance from an address its filter refuses", read from tasks/verify.yml, not
 copied) run by the real ansible-playbook on localhost, with the llamafleet_ip_filter module.
 
 What stands in for an instance: a TCP listener on 0.0.0.0 in this test process, outside any
@@ -43,7 +43,7 @@ def listener() -> Iterator[int]:
 
 
 def _run(tmp_path: Path, port: int, address: str, allow: list[str], require: bool) -> str:
-    tasks = yaml.safe_load((REPO / "roles" / "llama_server" / "tasks" / "service.yml").read_text())
+    tasks = yaml.safe_load((REPO / "roles" / "llama_server" / "tasks" / "verify.yml").read_text())
     (task,) = [t for t in tasks if t.get("name") == TASK]
     role = tmp_path / "roles" / "probe"
     (role / "tasks").mkdir(parents=True)

@@ -178,9 +178,7 @@ def test_files_outside_their_directory_are_refused(
     assert list((open_tmp / "system").iterdir()) == []
 
 
-def test_a_templates_directory_that_is_a_link_is_refused(
-    units: ModuleType, open_tmp: Path
-) -> None:
+def test_a_templates_directory_that_is_a_link_is_refused(units: ModuleType, open_tmp: Path) -> None:
     elsewhere = open_tmp / "elsewhere"
     elsewhere.mkdir()
     (open_tmp / "tmpl").symlink_to(elsewhere)
