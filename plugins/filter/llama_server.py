@@ -16,6 +16,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.llamafleet.fleet.plugins.module_utils.api_key import (
+    InvalidKeyError,
+    check_key,
+)
 from ansible_collections.llamafleet.fleet.plugins.plugin_utils.validator import require
 
 try:
@@ -123,6 +127,24 @@ def client_key_file(name: Any) -> str:
     """The file name of a client key in `<instance>.clients/`: the name with `/` replaced by
     `__`, plus `.key`."""
     return str(name).replace("/", "__") + ".key"
+
+
+def api_key(content: Any, where: Any = "the key file") -> str:
+    """The key of a key file as slurp read it (``content``, base64) on a server host, checked as
+    the llama_server role checks its own (module_utils/api_key.py): it goes into a client's
+    settings, a credential or an HTTP header here."""
+    import base64
+    import binascii
+
+    try:
+        text = base64.b64decode(str(content), validate=True).decode("ascii", errors="replace")
+    except (binascii.Error, ValueError) as exc:
+        raise AnsibleFilterError(f"{where}: not base64 (as slurp returns it): {exc}") from exc
+    try:
+        key: str = check_key(text, str(where))
+    except InvalidKeyError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+    return key
 
 
 def key_instances(resolved: Any) -> list[dict[str, Any]]:
@@ -395,6 +417,7 @@ class FilterModule:
             "llamafleet_client_keys": client_keys,
             "llamafleet_client_key_file": client_key_file,
             "llamafleet_key_instances": key_instances,
+            "llamafleet_api_key": api_key,
             "llamafleet_template_files": template_files,
             "llamafleet_exposure_score": llamafleet_exposure_score,
             "llamafleet_instance_ignores": llamafleet_instance_ignores,

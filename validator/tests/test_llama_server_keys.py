@@ -261,3 +261,20 @@ def test_the_module_under_ansible_playbook(open_tmp: Path, tmp_path: Path) -> No
     assert runs[0].startswith("True ") and runs[1].startswith("False ")
     assert runs[0][5:] == runs[1][6:] == runs[2][6:]
     assert (d / "main.key").read_text().strip() in runs[0]
+
+
+def test_the_readers_on_other_hosts_check_the_key_the_same_way(server_filters: ModuleType) -> None:
+    """claude_code and monitoring read a server's key file with slurp: llamafleet_api_key checks
+    what it holds as the module does (a compromised server cannot hand a client two keys or a
+    header with a newline)."""
+    import base64
+
+    from ansible.errors import AnsibleFilterError
+
+    f = server_filters.FilterModule().filters()["llamafleet_api_key"]
+    assert f(base64.b64encode(b"  good-key-0123\n").decode(), "gpu1: main.key") == "good-key-0123"
+    for bad in (b"a\nb\n", b"a b", b"", b"k" * 4097):
+        with pytest.raises(AnsibleFilterError, match=r"gpu1: main\.key does not hold one key"):
+            f(base64.b64encode(bad).decode(), "gpu1: main.key")
+    with pytest.raises(AnsibleFilterError, match="not base64"):
+        f("%%%", "gpu1: main.key")
