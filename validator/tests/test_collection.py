@@ -271,3 +271,19 @@ def test_each_action_plugin_has_a_documentation_module_with_its_options() -> Non
         options = set(yaml.safe_load(namespace["DOCUMENTATION"])["options"])
         accepted = set(load_ansible_plugin(plugin)._ARGS)
         assert options == accepted, (plugin.name, options ^ accepted)
+
+
+def test_the_scenarios_use_the_bootstrapped_collection_without_molecules_prerun() -> None:
+    """Molecule's prerun installs this checkout with --force into one cache every scenario shares;
+    two scenarios starting in the same second (make test runs two lanes) then delete each other's
+    files ("No such file or directory: 'README.md'", a claude phase failed in 2 s that way). The
+    scenarios read the collection from .ansible/collections instead, so the prerun stays off and no
+    scenario turns it back on."""
+    base = yaml.safe_load((REPO / ".config/molecule/config.yml").read_text(encoding="utf-8"))
+    assert base["prerun"] is False
+    assert base["provisioner"]["env"]["ANSIBLE_COLLECTIONS_PATH"].endswith("/.ansible/collections")
+    for scenario in sorted((REPO / "molecule").glob("*/molecule.yml")):
+        data = yaml.safe_load(scenario.read_text(encoding="utf-8")) or {}
+        assert data.get("prerun", False) is False, scenario
+        path = data.get("provisioner", {}).get("env", {}).get("ANSIBLE_COLLECTIONS_PATH")
+        assert path is None or path.endswith("/.ansible/collections"), scenario
