@@ -1,0 +1,239 @@
+"""Action plugin: the llama_cpp role's preflight as one decision: check the role's variables
+(refused repository/ref combinations, the repository's transport and credentials, the commit pin,
+the build account, the shipped builds' platform key), choose the backend and the CUDA
+architectures from the host's GPUs (``llamafleet_gpus``) and, for the cuda backend, ask the
+toolkit's nvcc for its release. What the role must refuse is refused with the messages its tasks
+gave, before anything is touched.
+
+    - llamafleet.fleet.llama_cpp_plan:
+        vars:                          # the llama_cpp_* variables the preflight reads
+          repo: "{{ llama_cpp_repo }}"
+          ...
+        gpus: "{{ ansible_facts['llamafleet_gpus'] | default([]) }}"
+      register: _llama_cpp_plan
+
+Returns ``backend``, ``cuda_archs``, ``pin`` (the commit the checkout must resolve to, "" when
+unpinned) and ``nvcc`` (rc, stdout, stdout_lines, stderr of ``nvcc --version``; {} unless the
+backend is cuda). Changes nothing: nvcc runs in check mode too, as the task it replaces did.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible_collections.llamafleet.fleet.plugins.filter.llama_cpp_repo import (
+    repo_problem,
+    repo_scrub,
+)
+
+#: the task's options (plugins/modules/llama_cpp_plan.py documents them)
+_ARGS = frozenset({"vars", "gpus"})
+#: the role's variables the plan reads, by their names without llama_cpp_ (has_token: whether
+#: llama_cpp_repo_token is set, never the token; cuda_version: the release nvcc must report)
+VARS = frozenset(
+    {
+        "repo",
+        "version",
+        "commit",
+        "refused_versions",
+        "backend",
+        "targets",
+        "keep_builds",
+        "build_number",
+        "prefix",
+        "work_dir",
+        "ccache_dir",
+        "ship_dir",
+        "ship_platform",
+        "allow_insecure_transport",
+        "has_token",
+        "allow_unpinned",
+        "build_user",
+        "build_group",
+        "cuda_architectures",
+        "cuda_home",
+        "cuda_version",
+    }
+)
+_TARGET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+_ACCOUNT = re.compile(r"^[a-z_][a-z0-9_-]*[$]?$")
+_PLATFORM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+class PlanError(Exception):
+    """What the role refuses: the task fails with this message."""
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in {"1", "true", "yes", "on", "y", "t"}
+    return bool(value)
+
+
+def _int(value: Any) -> int:
+    """Jinja's ``int`` filter: 0 for what is not an integer."""
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return 0
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def check_variables(v: Mapping[str, Any]) -> None:
+    """The role's variable checks (the first two asserts of the old preflight, their
+    messages)."""
+    repo, version = _text(v.get("repo")), _text(v.get("version"))
+    for item in v.get("refused_versions") or []:
+        if re.search(_text(item.get("repo")), repo) and version == _text(item.get("version")):
+            shown = re.sub(r"://[^/@]+@", "://", repo)
+            raise PlanError(
+                f"llama_cpp_version '{version}' of {shown} is refused: "
+                f"{_text(item.get('reason')).strip()}"
+            )
+    targets = v.get("targets")
+    targets = list(targets) if isinstance(targets, (list, tuple)) else [targets] if targets else []
+    build_number = _text(v.get("build_number"))
+    ship_dir = _text(v.get("ship_dir"))
+    ok = (
+        len(repo) > 0
+        and len(version) > 0
+        and v.get("backend") in ("auto", "cpu", "cuda")
+        and len(targets) > 0
+        and all(_TARGET.match(_text(t)) for t in targets)
+        and _int(v.get("keep_builds")) >= 1
+        and (build_number == "auto" or re.match(r"^[0-9]{1,9}$", build_number) is not None)
+        and all(_text(v.get(k)).startswith("/") for k in ("prefix", "work_dir", "ccache_dir"))
+        and (not ship_dir or ship_dir.startswith("/"))
+    )
+    if not ok:
+        raise PlanError("Invalid llama_cpp_* variables; see the role's meta/argument_specs.yml.")
+
+
+def commit_pin(v: Mapping[str, Any]) -> str:
+    """The commit the checkout must resolve to: llama_cpp_commit, else llama_cpp_version when it
+    is a full commit itself, else "" (vars/main.yml's _llama_cpp_pin); refuses a malformed pin
+    and a commit version that disagrees with the pin."""
+    commit = _text(v.get("commit") or "").strip().lower()
+    version = _text(v.get("version")).strip().lower()
+    if commit and not _COMMIT.match(commit):
+        raise PlanError(
+            "llama_cpp_commit must be a full commit (40 hex digits), "
+            f'not "{_text(v.get("commit"))}".'
+        )
+    if _COMMIT.match(version) and commit and commit != version:
+        raise PlanError(
+            f"llama_cpp_version is the commit {version} but llama_cpp_commit pins {commit}: "
+            f"set llama_cpp_commit to {version} (or empty)."
+        )
+    return commit or (version if _COMMIT.match(version) else "")
+
+
+def plan(
+    v: Mapping[str, Any], gpus: list[Any], nvcc: Callable[[str], Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The preflight (see the module docstring). ``nvcc`` runs ``<cuda_home>/bin/nvcc
+    --version`` on the host (called only for the cuda backend) and returns its rc, stdout and
+    stderr. Raises PlanError with the role's message."""
+    unknown = set(v) - VARS
+    if unknown:
+        raise PlanError(f"unknown vars: {', '.join(sorted(unknown))}")
+    check_variables(v)
+    repo = _text(v.get("repo"))
+    problem = repo_problem(repo, v.get("allow_insecure_transport"), _truthy(v.get("has_token")))
+    if problem:
+        raise PlanError(problem)
+    pin = commit_pin(v)
+    if not pin and not _truthy(v.get("allow_unpinned")):
+        shown, version = repo_scrub(repo), _text(v.get("version"))
+        raise PlanError(
+            f"llama_cpp_version '{version}' of {shown} is a branch or tag and no commit is "
+            "pinned: whatever it points at when the play runs would be compiled and installed. "
+            "Set llama_cpp_commit to the commit you reviewed (git ls-remote "
+            f"{shown} {version}), or set llama_cpp_allow_unpinned: true to build the current one "
+            "(recorded in the manifest with pinned: false)."
+        )
+    user, group = _text(v.get("build_user")), _text(v.get("build_group"))
+    if not (
+        user not in ("", "root", "0")
+        and group not in ("", "root", "0")
+        and _ACCOUNT.match(user)
+        and _ACCOUNT.match(group)
+    ):
+        raise PlanError(
+            f"llama_cpp_build_user/llama_cpp_build_group ({user}:{group}) must name an "
+            "unprivileged account and group (not root): configure and compile run as that "
+            "account."
+        )
+    platform = _text(v.get("ship_platform"))
+    if _text(v.get("ship_dir")) and not (_PLATFORM.match(platform) and ".." not in platform):
+        raise PlanError(
+            f"llama_cpp_ship_platform '{platform}' must be letters, digits, '.', '_' and '-' "
+            "(it is a directory name on the controller)."
+        )
+
+    wanted = _text(v.get("backend"))
+    backend = wanted if wanted != "auto" else ("cuda" if gpus else "cpu")
+    given = v.get("cuda_architectures") or []
+    if given:
+        archs = [_text(a) for a in given]
+    else:
+        archs = sorted({_text(g.get("arch")) for g in gpus if g.get("arch")})
+    found: dict[str, Any] = {}
+    if backend == "cuda":
+        home = _text(v.get("cuda_home"))
+        release = _text(v.get("cuda_version") or "12.8")
+        done = nvcc(f"{home}/bin/nvcc")
+        out = _text(done.get("stdout"))
+        found = {
+            "rc": int(done.get("rc", 1)),
+            "stdout": out,
+            "stdout_lines": out.splitlines(),
+            "stderr": _text(done.get("stderr")),
+        }
+        if not (found["rc"] == 0 and archs and f"release {release}," in out):
+            said = _text(done.get("msg") or found["stderr"]).strip()
+            raise PlanError(
+                f"The cuda backend needs {home}/bin/nvcc reporting release {release} (install "
+                "the toolkit, e.g. with the cuda_toolkit role, or set llama_cpp_cuda_home) and "
+                "at least one CUDA architecture (llama_cpp_cuda_architectures, or a GPU with a "
+                f"compute capability in llamafleet_gpus). nvcc said: {said}"
+            )
+    return {"backend": backend, "cuda_archs": archs, "pin": pin, "nvcc": found}
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = super().run(tmp, task_vars)
+        args = dict(self._task.args)
+        unknown = set(args) - _ARGS
+        if unknown:
+            raise AnsibleActionFail(
+                f"llama_cpp_plan: unknown options: {', '.join(sorted(unknown))}"
+            )
+
+        def nvcc(path: str) -> Mapping[str, Any]:
+            # read-only, also in check mode, as the task it replaces (check_mode: false)
+            done: Mapping[str, Any] = self._low_level_execute_command(
+                f"{shlex.quote(path)} --version"
+            )
+            return done
+
+        try:
+            found = plan(args.get("vars") or {}, list(args.get("gpus") or []), nvcc)
+        except PlanError as e:
+            result.update(failed=True, msg=str(e))
+            return result
+        result.update(found, changed=False)
+        return result
