@@ -287,3 +287,13 @@ def test_the_scenarios_use_the_bootstrapped_collection_without_molecules_prerun(
         assert data.get("prerun", False) is False, scenario
         path = data.get("provisioner", {}).get("env", {}).get("ANSIBLE_COLLECTIONS_PATH")
         assert path is None or path.endswith("/.ansible/collections"), scenario
+    # without the prerun no roles path is added: a scenario names each role it includes by FQCN
+    found = []
+    for path in sorted((REPO / "molecule").rglob("*.yml")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for n, line in enumerate(lines):
+            if re.match(r"^\s*(?:- )?(?:ansible\.builtin\.)?(?:include|import)_role:\s*$", line):
+                name = next(t for t in lines[n + 1 : n + 6] if t.strip().startswith("name:"))
+                if not name.split(":", 1)[1].strip().strip("\"'").startswith("llamafleet.fleet."):
+                    found.append(f"{path.relative_to(REPO)}:{n + 1}: {name.strip()}")
+    assert found == []
