@@ -74,11 +74,11 @@ models_meta:
 import base64
 import json
 import os
-import pwd
 import stat
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.llamafleet.fleet.plugins.module_utils.safefs import owner_name, read_fd
 
 LIMIT = 16 * 1024 * 1024
 
@@ -98,25 +98,16 @@ def _read(path: str, *, follow: bool) -> bytes | None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             return None
-        if st.st_size > LIMIT:
+        data: bytes = read_fd(fd, LIMIT)
+        if len(data) > LIMIT:
             raise RefusedError(f"{path} is larger than {LIMIT} bytes")
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return data
     finally:
         os.close(fd)
 
 
 def _slurped(data: bytes | None) -> dict[str, str]:
     return {} if data is None else {"content": base64.b64encode(data).decode("ascii")}
-
-
-def _owner(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
 
 
 def model_dir_problem(path: str, models_dir: str, model: str) -> str | None:
@@ -136,7 +127,7 @@ def model_dir_problem(path: str, models_dir: str, model: str) -> str | None:
     what = (
         "a symbolic link"
         if stat.S_ISLNK(st.st_mode)
-        else f"owned by {_owner(st.st_uid)} (mode {stat.S_IMODE(st.st_mode):04o})"
+        else f"owned by {owner_name(st.st_uid)} (mode {stat.S_IMODE(st.st_mode):04o})"
     )
     return (
         f"{models_dir}/{model} is {what}: root does not read its metadata.json by path. Run the "
