@@ -24,8 +24,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible_collections.llamafleet.fleet.plugins.plugin_utils.action import task_args
 
 #: the NVIDIA display devices on the PCI bus (a GPU whose driver is missing or broken)
 PCI_SCAN = r"""for d in /sys/bus/pci/devices/*; do
@@ -252,12 +252,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = super().run(tmp, task_vars)
-        args = dict(self._task.args)
-        unknown = set(args) - _ARGS
-        if unknown:
-            raise AnsibleActionFail(
-                f"cuda_toolkit_plan: unknown options: {', '.join(sorted(unknown))}"
-            )
+        args = task_args("cuda_toolkit_plan", self._task.args, _ARGS)
         facts = args.get("facts") or {}
         distro_vars: Mapping[str, Any] = {}
         path = os.path.join(str(args.get("vars_dir", "")), distro_id(facts) + ".yml")

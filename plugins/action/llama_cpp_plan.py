@@ -24,12 +24,12 @@ import shlex
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.llamafleet.fleet.plugins.filter.llama_cpp_repo import (
     repo_problem,
     repo_scrub,
 )
+from ansible_collections.llamafleet.fleet.plugins.plugin_utils.action import task_args
 
 #: the task's options (plugins/modules/llama_cpp_plan.py documents them)
 _ARGS = frozenset({"vars", "gpus"})
@@ -216,12 +216,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = super().run(tmp, task_vars)
-        args = dict(self._task.args)
-        unknown = set(args) - _ARGS
-        if unknown:
-            raise AnsibleActionFail(
-                f"llama_cpp_plan: unknown options: {', '.join(sorted(unknown))}"
-            )
+        args = task_args("llama_cpp_plan", self._task.args, _ARGS)
 
         def nvcc(path: str) -> Mapping[str, Any]:
             # read-only, also in check mode, as the task it replaces (check_mode: false)

@@ -26,13 +26,14 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ansible.errors import AnsibleActionFail, AnsibleFilterError
+from ansible.errors import AnsibleFilterError
 from ansible.plugins.action import ActionBase
 from ansible_collections.llamafleet.fleet.plugins.filter.llama_server import (
     client_keys,
     unit_environment,
     unit_line,
 )
+from ansible_collections.llamafleet.fleet.plugins.plugin_utils.action import task_args
 
 #: the task's options (plugins/modules/llama_server_inputs.py documents them)
 _ARGS = frozenset({"instances", "client_keys", "unit_extra", "tls"})
@@ -157,12 +158,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = super().run(tmp, task_vars)
-        args = dict(self._task.args)
-        unknown = set(args) - _ARGS
-        if unknown:
-            raise AnsibleActionFail(
-                f"llama_server_inputs: unknown options: {', '.join(sorted(unknown))}"
-            )
+        args = task_args("llama_server_inputs", self._task.args, _ARGS)
         try:
             check(args)
         except (InputError, AnsibleFilterError) as e:

@@ -297,3 +297,31 @@ def test_the_scenarios_use_the_bootstrapped_collection_without_molecules_prerun(
                 if not name.split(":", 1)[1].strip().strip("\"'").startswith("llamafleet.fleet."):
                     found.append(f"{path.relative_to(REPO)}:{n + 1}: {name.strip()}")
     assert found == []
+
+
+def test_an_action_plugin_refuses_an_option_it_does_not_take(tmp_path: Path) -> None:
+    """plugin_utils/action.py's task_args, through the real ansible-playbook: a misspelt option
+    fails the task, naming the plugin and the option, instead of being ignored."""
+    from conftest import playbook_results, run_playbook
+
+    names = ["cuda_toolkit_plan", "llama_cpp_plan", "llama_server_inputs"]
+    tasks = [
+        {
+            "block": [{f"llamafleet.fleet.{n}": {"gpus_typo": []}}],
+            "rescue": [
+                {
+                    "ansible.builtin.debug": {
+                        "msg": f"RESULT {n} {{{{ ansible_failed_result.msg | to_json }}}}"
+                    }
+                }
+            ],
+        }
+        for n in names
+    ]
+    play = yaml.safe_dump(
+        [{"hosts": "localhost", "connection": "local", "gather_facts": False, "tasks": tasks}]
+    )
+    done = run_playbook(tmp_path, play)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    found = playbook_results(done.stdout)
+    assert found == {n: f"{n}: unknown options: gpus_typo" for n in names}
