@@ -25,17 +25,24 @@ makes that one call and shapes the result.
         skip: []                    # rule ids skipped besides the config's (a deliberate choice)
         hint: ""                    # appended to the refusal (how to suppress a deliberate choice)
         written: false              # true: the texts are already on the host (the refusal says so)
+        report: false               # true: an item's findings below fail_on become a warning
+        passed_key: ""              # the `key` of a check this host passed: the same check is not
+                                    # run again (the result is skipped, with the same key)
 
 An item needs ``text``, ``texts`` or ``settings`` (any of them together). A settings entry's
 ``mode`` is the file's permission bits on its host (an int, or an octal string such as "0644";
 absent or null: unknown, and CC008, a key readable by others, stays silent). Returns ``checks``
 (per item: name, path, findings, suppressed, refused; not ``results``, which Ansible reserves for
-loops), ``refused`` (whether any item was) and ``config`` (the file read, or null). Check mode
-changes nothing here: the check runs the same.
+loops), ``refused`` (whether any item was), ``config`` (the file read, or null) and ``key`` (a
+sha256 of what the check was handed: the items, fail_on, config and skip). With ``passed_key``
+equal to that key the check is not run again and the result is skipped. Check mode changes
+nothing here: the check runs the same.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from typing import Any
 
@@ -44,7 +51,20 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible_collections.llamafleet.fleet.plugins.plugin_utils.validator import message
 
-_ARGS = frozenset({"items", "fail_on", "config", "skip", "what", "build", "hint", "written"})
+_ARGS = frozenset(
+    {
+        "items",
+        "fail_on",
+        "config",
+        "skip",
+        "what",
+        "build",
+        "hint",
+        "written",
+        "report",
+        "passed_key",
+    }
+)
 
 
 class ActionModule(ActionBase):
@@ -65,15 +85,22 @@ class ActionModule(ActionBase):
         skip = args.get("skip") or []
         if not isinstance(skip, list):
             raise AnsibleActionFail("llamafleet_check: skip must be a list of rule ids")
-        try:
-            written = boolean(args.get("written", False), strict=True)
-        except TypeError as exc:
-            raise AnsibleActionFail(f"llamafleet_check: written: {exc}") from exc
+        flags = {}
+        for name in ("written", "report"):
+            try:
+                flags[name] = boolean(args.get(name, False), strict=True)
+            except TypeError as exc:
+                raise AnsibleActionFail(f"llamafleet_check: {name}: {exc}") from exc
+        written, report = flags["written"], flags["report"]
+        items = args.get("items") or []
+        key = check_key(items, args.get("fail_on"), args.get("config"), skip)
+        result["key"] = key
+        if str(args.get("passed_key") or "") == key:
+            result.update(changed=False, skipped=True, msg="this host passed exactly this check")
+            return result
         config = str(args.get("config") or "") or find_config(os.getcwd())
         try:
-            checks = check_items(
-                args.get("items") or [], str(args.get("fail_on") or "error"), config, skip
-            )
+            checks = check_items(items, str(args.get("fail_on") or "error"), config, skip)
         except PreflightError as exc:
             raise AnsibleActionFail(f"llamafleet_check: {exc}") from exc
         result["changed"] = False
@@ -90,4 +117,26 @@ class ActionModule(ActionBase):
         if msg:
             result["failed"] = True
             result["msg"] = msg
+        elif report:
+            found = remaining(result["checks"])
+            if found:
+                result["warnings"] = found
         return result
+
+
+def check_key(items: Any, fail_on: Any, config: Any, skip: Any) -> str:
+    """A sha256 of what a check is handed (the texts with their facts and files, the threshold,
+    the configuration named and the rules skipped): the same key, the same check."""
+    text = json.dumps([items, fail_on, config, skip], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def remaining(checks: list[dict[str, Any]]) -> list[str]:
+    """One line per item whose findings did not refuse it: its name and the rule ids found
+    (``main: LS010, LS031 (below fail_on)``), in the items' order."""
+    lines = []
+    for c in checks:
+        ids = [str(f.get("id")) for f in c.get("findings") or [] if isinstance(f, dict)]
+        if ids and not c.get("refused"):
+            lines.append(f"{c.get('name')}: {', '.join(ids)} (below fail_on)")
+    return lines

@@ -340,6 +340,30 @@ def llamafleet_kv_types(argv: Any) -> dict[str, str]:
 _DESCRIBED_ONLY = ("dir", "path")
 
 
+_SHA256 = re.compile(r"[0-9a-f]{64}\Z")
+
+
+def model_sha256(meta: Any, instance: str = "?", model: str = "?", models_dir: str = "") -> str:
+    """The model checksum of one instance from its saved metadata (``sha256``, a string or the
+    first of a list; "" when the metadata has none), refused unless it is 64 lower-case hex
+    digits: it goes into a comment line of the unit, and a newline in a metadata.json would start
+    a new line of it."""
+    if not isinstance(meta, Mapping) or meta.get("sha256") is None:
+        return ""
+    found = meta["sha256"]
+    if isinstance(found, list):
+        found = found[0] if found else ""
+    text = found if isinstance(found, str) else str(found)
+    if text and not _SHA256.match(text):
+        raise AnsibleFilterError(
+            "A model checksum from the saved metadata is not 64 lower-case hex digits (it goes into"
+            f" the unit): instance {instance}: the sha256 of model {model} in"
+            f" {models_dir}/{model}/metadata.json (or in the gguf_models role's"
+            f" gguf_models_metadata fact) must be 64 lower-case hex digits; got {json.dumps(text)}."
+        )
+    return text
+
+
 def llamafleet_preflight_key(inputs: Any) -> str:
     """A sha256 of the values the preflight read from the role's variables (``inputs``: a mapping
     of each variable the role documents in meta/argument_specs.yml to its value, templated), so
@@ -424,4 +448,5 @@ class FilterModule:
             "llamafleet_chat_template_fix": llamafleet_chat_template_fix,
             "llamafleet_claude_code_requests": llamafleet_claude_code_requests,
             "llamafleet_slot_context": llamafleet_slot_context,
+            "llamafleet_model_sha256": model_sha256,
         }

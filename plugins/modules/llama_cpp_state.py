@@ -66,6 +66,13 @@ options:
   work_dir:
     description: The build account's work directory (its checkout is C(<work_dir>/src)).
     type: path
+  refuse_tampered:
+    description:
+      - Fail when the build in use is the wanted one but not intact (a binary changed or added
+        after the install, a file another account can write), naming what differs and what to
+        do; nothing is changed. Without it the result says so (RV(wanted) and not RV(intact)).
+    type: bool
+    default: false
 author: llamafleet
 extends_documentation_fragment:
   - llamafleet.fleet.attributes.check
@@ -287,6 +294,7 @@ def main() -> None:
             "targets": {"type": "list", "elements": "str", "required": True},
             "build_number": {"type": "str", "default": "auto"},
             "work_dir": {"type": "path"},
+            "refuse_tampered": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -305,9 +313,17 @@ def main() -> None:
         targets=p["targets"],
         build_number=p["build_number"],
     )
-    module.exit_json(
-        changed=False, checkout_credentials=checkout_has_credentials(p["work_dir"]), **result
-    )
+    credentials = checkout_has_credentials(p["work_dir"])
+    if p["refuse_tampered"] and result.get("wanted") and not result.get("intact"):
+        module.fail_json(
+            msg=f"{result.get('reason')}. Nothing was changed. Find out who changed it, then remove"
+            f" {result.get('dir')} (and {p['prefix']}/current) and run the role again to build or"
+            " install it afresh.",
+            changed=False,
+            checkout_credentials=credentials,
+            **result,
+        )
+    module.exit_json(changed=False, checkout_credentials=credentials, **result)
 
 
 if __name__ == "__main__":

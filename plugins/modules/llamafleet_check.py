@@ -57,6 +57,18 @@ options:
     description: The texts are already on the host (the refusal says so).
     type: bool
     default: false
+  passed_key:
+    description:
+      - The RV(key) of a check this host passed in this run. When what the check is handed
+        has that same key, it is not run again and the task is skipped.
+    type: str
+    default: ""
+  report:
+    description:
+      - Report the findings of items that were not refused as one warning per item (C(NAME, rule
+        ids)), so that a deliberate choice below O(fail_on) stays visible without a task of its own.
+    type: bool
+    default: false
 author: llamafleet
 extends_documentation_fragment:
   - llamafleet.fleet.attributes.check
@@ -76,15 +88,19 @@ EXAMPLES = r"""
 RETURN = r"""
 checks:
   description: Per item, its name, path, findings, suppressed findings and whether it was refused.
-  returned: always
+  returned: when the check ran
   type: list
   elements: dict
 refused:
   description: Whether any item was refused.
-  returned: always
+  returned: when the check ran
   type: bool
 config:
   description: The configuration file read, or null.
+  returned: when the check ran
+  type: str
+key:
+  description: A sha256 of what the check was handed (the items, O(fail_on), O(config), O(skip)).
   returned: always
   type: str
 """

@@ -179,10 +179,10 @@ def test_the_distribution_names_its_vars_file(mod: Any, facts: dict[str, str], n
 
 
 def test_the_role_on_a_host_without_a_gpu(tmp_path: Path) -> None:
-    """The real role, on this machine (no NVIDIA GPU), in check mode: its argument check, the
-    facts it needs, the decision, its record and report, the skipped install and the export; the
-    toolkit not installed and the reason in its facts; with cuda_toolkit_require_gpu it fails
-    saying why."""
+    """The real role, on this machine (no NVIDIA GPU), in check mode: its argument check (the
+    facts it needs gathered by its dependency llamafleet_common), the decision, its record (the
+    export with it) and report, the skipped install; the toolkit not installed and the reason in
+    its facts; with cuda_toolkit_require_gpu it fails saying why."""
     play = """
     - hosts: localhost
       connection: local
@@ -209,16 +209,20 @@ def test_the_role_on_a_host_without_a_gpu(tmp_path: Path) -> None:
     assert "nvidia-smi is not installed or lists no GPU" in facts["skipped_reason"]
     assert "cuda_toolkit_require_gpu is set but localhost has no NVIDIA GPU" in found["refused"]
     own = re.findall(r"^TASK \[llamafleet\.fleet\.cuda_toolkit : (.*?)\] \*", done.stdout, re.M)
-    first = own[: own.index("Export the result as facts") + 1]
+    first = own[: own.index("Install and verify the toolkit") + 1]
     assert first[0].startswith("Validating arguments against arg spec 'main'")
     assert first[1:] == [
-        "Gather the facts the role needs",
         "Decide whether to install the toolkit (GPUs, driver, distribution)",
         "Record the decision",
         "Report the GPUs",
         "Install and verify the toolkit",
-        "Export the result as facts",
     ]
+    assert "Export the result as facts" not in own
+    # the facts it reads come from its dependency, gathered once for every role
+    common = re.findall(
+        r"^TASK \[llamafleet\.fleet\.llamafleet_common : (.*?)\] \*", done.stdout, re.M
+    )
+    assert "Gather the facts the roles need" in common
 
 
 @pytest.mark.parametrize(

@@ -175,6 +175,60 @@ def test_bad_input_is_refused(state_mod: Any, params: dict[str, Any], message: s
         state_mod.decide(params, Answers())
 
 
+GOOD = {"name": "tiny", "url": "https://e/tiny.gguf", "sha256": "A" * 64}
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {**GOOD, "name": "-tiny"},
+        {**GOOD, "name": "a/b"},
+        {"url": GOOD["url"], "sha256": GOOD["sha256"]},
+        {**GOOD, "src": "/x.gguf"},
+        {"name": "tiny", "sha256": GOOD["sha256"]},
+        {**GOOD, "sha256": "a" * 63},
+        {**GOOD, "parts": [{"url": "https://e/p2.gguf"}]},
+        {**GOOD, "parts": [{"sha256": "b" * 64}]},
+        {**GOOD, "mmproj": {"url": "https://e/mm.gguf"}},
+        {**GOOD, "mmproj": {"sha256": "c" * 64}},
+        "tiny",
+    ],
+)
+def test_the_list_check_refuses_an_entry_the_role_cannot_place(state_mod: Any, entry: Any) -> None:
+    with pytest.raises(state_mod.ListError, match=r"each model needs a name \(letters"):
+        state_mod.check_list([GOOD | {"name": "first"}, entry])
+
+
+def test_the_list_check_passes_a_whole_entry_and_refuses_a_name_twice(state_mod: Any) -> None:
+    whole = {
+        **GOOD,
+        "parts": [{"url": "https://e/p2.gguf", "sha256": "b" * 64}],
+        "mmproj": {"src": "/srv/mm.gguf", "sha256": "c" * 64},
+    }
+    state_mod.check_list([whole, {**GOOD, "name": "other"}])
+    with pytest.raises(state_mod.ListError, match=r"duplicate names: \['tiny', 'tiny'\]"):
+        state_mod.check_list([whole, GOOD])
+
+
+def test_a_variable_of_an_earlier_version_is_refused(state_mod: Any) -> None:
+    state_mod.check_removed({"gguf_models_dir": "/srv", "gguf_models_owner_x": 1})
+    with pytest.raises(
+        state_mod.ListError, match=r"^gguf_models_file_mode, gguf_models_owner: no longer used"
+    ):
+        state_mod.check_removed({"gguf_models_owner": "llama", "gguf_models_file_mode": "0644"})
+
+
+def test_the_role_refuses_a_bad_list_before_asking_the_host(tmp_path: Path, open_tmp: Path) -> None:
+    models = open_tmp / "models"
+    bad = [{"name": "tiny", "url": "https://e/tiny.gguf", "sha256": "x" * 64}]
+    done = run_playbook(tmp_path, _play(models, bad))
+    assert done.returncode != 0
+    assert "gguf_models_list entry tiny: each model needs a name" in done.stdout, done.stdout[
+        -3000:
+    ]
+    assert not models.exists()
+
+
 # ------------------------------------------------------------------ the real role, twice
 
 
@@ -227,10 +281,10 @@ def test_the_role_decides_once_on_a_converged_host(
     assert second["facts"] == first["facts"]
     assert second["facts"]["tiny"]["path"] == str(models / "tiny" / "tiny.gguf")
     assert "Download tiny.gguf" not in out and "Place each model" not in out
-    # the role's own tasks on a converged host: its argument check, the preflight's three
-    # checks, the decision, the fact from it and the include it skips
+    # the role's own tasks on a converged host: its argument check, the decision (which checks
+    # the list too), the fact from it and the include it skips
     own = re.findall(r"^TASK \[llamafleet\.fleet\.gguf_models : (.*?)\] \*", out, re.M)
-    assert len(own) == 7, own
+    assert len(own) == 4, own
     check, _ = _run(tmp_path, _play(models, model), "--check")
     assert check["current"] is True and check["changed"] == 0
 

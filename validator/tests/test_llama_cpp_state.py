@@ -162,3 +162,33 @@ def test_credentials_in_the_checkout_are_found(mod: ModuleType, open_tmp: Path) 
     (git / "config").write_text('[remote "origin"]\n\turl = https://bob:tok@example.com/x.git\n')
     assert mod.checkout_has_credentials(str(open_tmp)) is True
     assert mod.checkout_has_credentials(str(open_tmp / "none")) is False
+
+
+def test_the_module_refuses_the_wanted_build_when_it_is_not_intact(
+    mod: ModuleType, open_tmp: Path, tmp_path: Path
+) -> None:
+    """The role's task (refuse_tampered: true), run as Ansible runs the module: a binary planted
+    beside llama-server in the wanted build fails the task, naming it and what to do; the same
+    build intact passes."""
+    from test_llama_pool_modules import run_module
+
+    build = _install(open_tmp)
+    args = {
+        "prefix": str(open_tmp),
+        "commit": COMMIT,
+        "ref": REF,
+        "backend": "cpu",
+        "options_hash": OPTIONS,
+        "targets": ["llama-server"],
+        "refuse_tampered": True,
+    }
+    got = run_module(tmp_path, "llama_cpp_state", args)
+    assert got.get("failed") is not True and got["current"] is True, got
+    (build / "bin" / "rt-implant").write_bytes(b"added")
+    got = run_module(tmp_path, "llama_cpp_state", args)
+    assert got["failed"] is True and got["changed"] is False
+    assert "bin/rt-implant is not in the manifest" in got["msg"]
+    assert f"Nothing was changed. Find out who changed it, then remove {got['dir']}" in got["msg"]
+    # without the option the module reports it and leaves the decision to the caller
+    got = run_module(tmp_path, "llama_cpp_state", {**args, "refuse_tampered": False})
+    assert got.get("failed") is not True and got["wanted"] is True and got["intact"] is False

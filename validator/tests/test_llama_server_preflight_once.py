@@ -89,7 +89,12 @@ def test_the_key_is_of_the_values(filters: dict[str, Any]) -> None:
 
 
 def test_the_role_asks_before_including_the_preflight() -> None:
-    tasks = yaml.safe_load((REPO / "roles/llama_server/tasks/main.yml").read_text())
+    main = yaml.safe_load((REPO / "roles/llama_server/tasks/main.yml").read_text())
+    (prepare,) = [
+        t for t in main if t.get("ansible.builtin.include_tasks", {}).get("file") == "prepare.yml"
+    ]
+    assert prepare["when"].startswith("not _llama_server_preflight_current | bool or ")
+    tasks = yaml.safe_load((REPO / "roles/llama_server/tasks/prepare.yml").read_text())
     includes = [t.get("ansible.builtin.include_tasks", {}) for t in tasks]
     (pre,) = [
         t for t, inc in zip(tasks, includes, strict=True) if inc.get("file") == "preflight.yml"
@@ -126,9 +131,11 @@ def test_the_role_key_follows_every_variable(tmp_path: Path) -> None:
       vars:
         llama_server_instances: {json.dumps([instance])}
       tasks:
+        - name: The resolve loop's result (no instance), as tasks/preflight.yml registers it
+          ansible.builtin.set_fact:
+            _llama_server_resolve: {{results: []}}
         - name: The preflight's record, as tasks/preflight.yml writes it last
           ansible.builtin.set_fact:
-            _llama_server_resolved: []
             _llama_server_preflight_done:
               build: ""
               key: "{{{{ _llama_server_preflight_key }}}}"

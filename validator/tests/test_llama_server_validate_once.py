@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from conftest import playbook_results, run_playbook
+from conftest import REPO, playbook_results, run_playbook
 
 SHA = "0123456789abcdef" * 4
 
@@ -46,6 +47,14 @@ def _instance(extra_args: list[str]) -> dict[str, Any]:
     }
 
 
+def _recorded() -> str:
+    """The preflight's last task (tasks/preflight.yml), which records the check this host passed,
+    as it is in the role (run here after validate.yml, whose role vars the include made public)."""
+    last = yaml.safe_load((REPO / "roles/llama_server/tasks/preflight.yml").read_text())[-1]
+    assert "_llama_server_checked_key" in last["ansible.builtin.set_fact"]
+    return json.dumps(last)[:-1] + ', "vars": {"llama_server_preflight_fail_on": "%s"}}'
+
+
 def _include(label: str, instance: dict[str, Any], fail_on: str = "error") -> str:
     return textwrap.dedent(
         f"""\
@@ -55,9 +64,14 @@ def _include(label: str, instance: dict[str, Any], fail_on: str = "error") -> st
               ansible.builtin.include_role:
                 name: llama_server
                 tasks_from: validate.yml
+                public: true
               vars:
                 _llama_server_resolved: [{json.dumps(instance)}]
+                _llama_server_build_id: b9079-test
+                _llama_server_manifest_raw: {{}}
+                _llama_server_help_raw: {{}}
                 llama_server_preflight_fail_on: {fail_on}
+            - {_recorded() % fail_on}
             - name: "{label}: record"
               ansible.builtin.set_fact:
                 outcomes: "{{{{ outcomes + [{{'label': '{label}', 'failed': false,
@@ -91,8 +105,6 @@ def test_the_same_check_runs_once_per_host_and_run(tmp_path: Path) -> None:
         "  gather_facts: false\n"
         "  vars:\n"
         "    outcomes: []\n"
-        "    _llama_server_build_id: b9079-test\n"
-        "    _llama_server_manifest_raw: {}\n"
         "  tasks:\n"
         f"{tasks}\n"
         "    - name: show\n"
@@ -114,3 +126,24 @@ def test_the_same_check_runs_once_per_host_and_run(tmp_path: Path) -> None:
     for label in ("refused", "refused again"):
         assert got[label]["failed"] is True, got[label]
         assert "LS001" in got[label]["msg"] and "b9079-test" in got[label]["msg"]
+
+
+def test_findings_below_the_threshold_are_one_warning_per_item() -> None:
+    """llamafleet_check's ``report: true`` (validate.yml): the findings that did not refuse an
+    item become one warning naming it and its rule ids; a refused item is the failure's, not a
+    warning; an item without findings says nothing."""
+    from conftest import load_ansible_plugin, plugin_path
+
+    check = load_ansible_plugin(plugin_path("action", "llamafleet_check"))
+    checks = [
+        {"name": "main", "findings": [{"id": "LS010"}, {"id": "LS031"}], "refused": False},
+        {"name": "quiet", "findings": [], "refused": False},
+        {"name": "bad", "findings": [{"id": "LS001"}], "refused": True},
+    ]
+    assert check.remaining(checks) == ["main: LS010, LS031 (below fail_on)"]
+    # the same texts, threshold, configuration and skipped rules: the same key
+    items = [{"name": "main", "text": "[Service]\n", "facts": {"ram_mib": 1}}]
+    key = check.check_key(items, "error", "", [])
+    assert key == check.check_key([dict(items[0])], "error", "", [])
+    assert key != check.check_key(items, "warning", "", [])
+    assert key != check.check_key([{**items[0], "text": "[Service]\nX=1\n"}], "error", "", [])

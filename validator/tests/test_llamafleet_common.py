@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import textwrap
 from pathlib import Path
 from types import ModuleType
@@ -283,6 +284,63 @@ def test_the_role_runs_once_per_play_and_with_tags(tmp_path: Path) -> None:
     got = playbook_results(proc.stdout)
     assert set(got) == {"two"} and got["two"][0]["arch"] == "89", proc.stdout
     assert (tmp_path / "calls").read_text() == "call\n"
+
+
+def test_the_facts_the_roles_read_are_gathered_once_where_the_play_did_not(
+    tmp_path: Path,
+) -> None:
+    """A play without gather_facts and two roles that read the distribution and the CPU count:
+    llamafleet_common gathers them once, also with --tags selecting only the second role; a play
+    that gathered its facts does not gather them again."""
+    pytest.importorskip("ansible")
+    smi = _stand_in(tmp_path / "nvidia-smi", "exit 0\n")
+    for role in ("one", "two"):
+        (tmp_path / "roles" / role / "meta").mkdir(parents=True)
+        (tmp_path / "roles" / role / "tasks").mkdir(parents=True)
+        (tmp_path / "roles" / role / "meta" / "main.yml").write_text(
+            "dependencies:\n  - role: llamafleet_common\n"
+        )
+        (tmp_path / "roles" / role / "tasks" / "main.yml").write_text(
+            textwrap.dedent(
+                f"""\
+                - name: {role}
+                  ansible.builtin.debug:
+                    msg: >-
+                      RESULT {role} {{{{ [ansible_facts['distribution'],
+                      ansible_facts['processor_vcpus'] > 0] | to_json }}}}
+                  tags: [{role}]
+                """
+            )
+        )
+
+    def play(gather: bool) -> str:
+        return f"""\
+        - hosts: localhost
+          gather_facts: {str(gather).lower()}
+          vars:
+            llamafleet_common_nvidia_smi: {smi}
+          roles: [one, two]
+        """
+
+    for args in ([], ["--tags", "two"]):
+        proc = run_playbook(tmp_path, play(False), *args)
+        got = playbook_results(proc.stdout)
+        assert got["two"][0] and got["two"][1] is True, proc.stdout[-3000:]
+        gathered = re.findall(
+            r"^(ok|skipping): \[localhost\]",
+            _after(proc.stdout, "Gather the facts the roles need"),
+            re.M,
+        )
+        assert gathered[:1] == ["ok"], proc.stdout[-3000:]
+        assert proc.stdout.count("Gather the facts the roles need") == 1
+    proc = run_playbook(tmp_path, play(True))
+    after = _after(proc.stdout, "Gather the facts the roles need")
+    assert re.findall(r"^(ok|skipping): \[localhost\]", after, re.M)[:1] == ["skipping"]
+
+
+def _after(text: str, title: str) -> str:
+    """What follows the task header ``title`` in ansible-playbook's output."""
+    return text[text.index(title) :]
 
 
 # --- the planner in memory ----------------------------------------------------------------------

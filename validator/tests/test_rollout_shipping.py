@@ -34,14 +34,15 @@ def _all(path: Path) -> list[dict[str, Any]]:
 
 
 def test_rollout_hands_shipping_to_the_role() -> None:
-    tasks = _all(ROLLOUT)
+    tasks = _all(ROLLOUT) + _all(ROLLOUT.parent / "tasks" / "rollout-stage.yml")
     includes = [
         t
         for t in tasks
         if (t.get("ansible.builtin.include_role") or {}).get("name") == "llamafleet.fleet.llama_cpp"
     ]
     # staged once per platform (built, or installed as shipped) before the preflight, then
-    # converged in the canary-first play: every include ships through the role, never switches
+    # converged in the canary-first play where the first did not (tasks/rollout-stage.yml): every
+    # include ships through the role, never switches
     assert len(includes) == 3
     for inc in includes:
         shipped = inc["vars"]
