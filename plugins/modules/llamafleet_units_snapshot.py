@@ -69,13 +69,13 @@ ignored:
 """
 
 import base64
-import errno
 import fnmatch
 import os
 import stat
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.llamafleet.fleet.plugins.module_utils import safefs
 
 
 def link_state(path: str) -> dict[str, Any]:
@@ -94,42 +94,37 @@ def link_state(path: str) -> dict[str, Any]:
 def read_units(
     unit_dir: str, pattern: str, max_size: int
 ) -> tuple[list[dict[str, str]], list[str]]:
-    """(units read, paths not taken); ValueError for a unit larger than max_size."""
+    """(units read, paths not taken); ValueError for a unit larger than max_size. Each unit is
+    opened with safefs.open_regular: a regular file with one link, no link followed, no FIFO
+    blocked on; anything else is not taken."""
     units: list[dict[str, str]] = []
     ignored: list[str] = []
     try:
-        names = sorted(os.listdir(unit_dir))
+        dfd = os.open(unit_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
         return units, ignored
-    for name in names:
-        if not fnmatch.fnmatchcase(name, pattern):
-            continue
-        path = os.path.join(unit_dir, name)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError as e:
-            if e.errno in (errno.ELOOP, errno.ENXIO, errno.ENOENT):
+    try:
+        for name in sorted(os.listdir(dfd)):
+            if not fnmatch.fnmatchcase(name, pattern):
+                continue
+            path = os.path.join(unit_dir, name)
+            try:
+                opened = safefs.open_regular(dfd, unit_dir, name)
+            except safefs.UnsafePathError:
                 ignored.append(path)
                 continue
-            raise
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-                ignored.append(path)
+            if opened is None:
                 continue
-            if st.st_size > max_size:
-                raise ValueError(f"{path}: {st.st_size} bytes, more than max_size={max_size}")
-            data = b""
-            while len(data) <= max_size:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    break
-                data += chunk
+            fd, _ = opened
+            try:
+                data = safefs.read_fd(fd, max_size)
+            finally:
+                os.close(fd)
             if len(data) > max_size:
                 raise ValueError(f"{path}: more than max_size={max_size} bytes")
-        finally:
-            os.close(fd)
-        units.append({"source": path, "content": base64.b64encode(data).decode("ascii")})
+            units.append({"source": path, "content": base64.b64encode(data).decode("ascii")})
+    finally:
+        os.close(dfd)
     return units, ignored
 
 
