@@ -13,12 +13,20 @@ gave, before anything is touched.
       register: _llama_cpp_plan
 
 Returns ``backend``, ``cuda_archs``, ``pin`` (the commit the checkout must resolve to, "" when
-unpinned) and ``nvcc`` (rc, stdout, stdout_lines, stderr of ``nvcc --version``; {} unless the
-backend is cuda). Changes nothing: nvcc runs in check mode too, as the task it replaces did.
+unpinned), ``nvcc`` (rc, stdout, stdout_lines, stderr of ``nvcc --version``; {} unless the
+backend is cuda), ``hashed_options`` and ``options_sha256`` (the CMake options a build of them is
+configured with and the sha256 that names it) and ``indexed``: with shipped builds
+(``ship_dir``), a pin and an automatic build number, the controller's index entry of the build of
+the pinned commit with these options for this platform (as the module ``llama_cpp_build_index``
+returns it for a query; its ``name`` is "" when there is none), else {}. Changes nothing: nvcc
+runs in check mode too, as the task it replaces did, and the index is only read.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
 import shlex
 from collections.abc import Callable, Mapping
@@ -29,12 +37,17 @@ from ansible_collections.llamafleet.fleet.plugins.filter.llama_cpp_repo import (
     repo_problem,
     repo_scrub,
 )
+from ansible_collections.llamafleet.fleet.plugins.module_utils.safetar import (
+    UnsafeArchiveError,
+    query,
+)
 from ansible_collections.llamafleet.fleet.plugins.plugin_utils.action import task_args
 
 #: the task's options (plugins/modules/llama_cpp_plan.py documents them)
 _ARGS = frozenset({"vars", "gpus"})
 #: the role's variables the plan reads, by their names without llama_cpp_ (has_token: whether
-#: llama_cpp_repo_token is set, never the token; cuda_version: the release nvcc must report)
+#: llama_cpp_repo_token is set, never the token; cuda_version: the release nvcc must report;
+#: fixed_cmake_options: the role's own CMake options, vars/main.yml)
 VARS = frozenset(
     {
         "repo",
@@ -58,6 +71,11 @@ VARS = frozenset(
         "cuda_architectures",
         "cuda_home",
         "cuda_version",
+        "build_type",
+        "native",
+        "cmake_options",
+        "fixed_cmake_options",
+        "ship_builders",
     }
 )
 _TARGET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
@@ -86,6 +104,83 @@ def _int(value: Any) -> int:
 
 def _text(value: Any) -> str:
     return "" if value is None else str(value)
+
+
+def _jinja_bool(value: Any) -> bool:
+    """Ansible's ``bool`` filter: true, yes, on, 1 (any case) and the integer 1."""
+    if isinstance(value, str):
+        return value.lower() in {"yes", "on", "1", "true"}
+    if isinstance(value, int):
+        return str(value).lower() in {"1", "true"}
+    return bool(value == 1)
+
+
+_NVCC_RELEASE = re.compile(r"release [0-9.]+, V[0-9.]+")
+
+
+def build_options(
+    v: Mapping[str, Any], backend: str, archs: list[str], nvcc_stdout: str
+) -> tuple[dict[str, Any], str]:
+    """The CMake options a build is configured with (before its build number and ccache) and
+    the sha256 of everything that makes two builds of one commit differ, which names the build:
+    the role's fixed options, the build type, native, the CUDA options or GGML_CUDA=OFF, the
+    user's llama_cpp_cmake_options (each later one wins), the targets, the backend and, for
+    cuda, nvcc's release. The same JSON (sorted keys, Ansible's ``to_json``) and sha256 as the
+    role's Jinja computed before this plugin did, so no installed build is renamed."""
+    cuda = (
+        {
+            "GGML_CUDA": "ON",
+            "CMAKE_CUDA_ARCHITECTURES": ";".join(archs),
+            "CMAKE_CUDA_COMPILER": f"{_text(v.get('cuda_home'))}/bin/nvcc",
+            "CUDAToolkit_ROOT": _text(v.get("cuda_home")),
+        }
+        if backend == "cuda"
+        else {"GGML_CUDA": "OFF"}
+    )
+    given = v.get("cmake_options") or {}
+    if not isinstance(given, Mapping):
+        raise PlanError("llama_cpp_cmake_options must be a mapping of CMake options to values.")
+    options: dict[str, Any] = {
+        **dict(v.get("fixed_cmake_options") or {}),
+        "CMAKE_BUILD_TYPE": v.get("build_type"),
+        "GGML_NATIVE": "ON" if _jinja_bool(v.get("native")) else "OFF",
+        **cuda,
+        **dict(given),
+    }
+    release = _NVCC_RELEASE.search(nvcc_stdout) if backend == "cuda" else None
+    key = {
+        "cmake": options,
+        "targets": v.get("targets"),
+        "backend": backend,
+        "cuda": release.group(0) if release else None,
+    }
+    text = json.dumps(key, sort_keys=True)
+    return options, hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def shipped_build(
+    v: Mapping[str, Any], pin: str, backend: str, options_hash: str
+) -> dict[str, Any]:
+    """The controller's index entry of the build of ``pin`` with these options for this platform,
+    as the module llama_cpp_build_index answers a query without a name ({} where the role does not
+    look: no ship_dir, no pin or a build number set by hand). Only read."""
+    ship_dir = _text(v.get("ship_dir"))
+    if not ship_dir or not _COMMIT.match(pin) or _text(v.get("build_number")) != "auto":
+        return {}
+    directory = os.path.expanduser(os.path.expandvars(ship_dir))
+    builders = v.get("ship_builders")
+    try:
+        found: dict[str, Any] = query(
+            directory,
+            _text(v.get("ship_platform")),
+            commit=pin,
+            backend=backend,
+            options_hash=options_hash,
+            builders=None if builders is None else [_text(b) for b in builders],
+        )
+    except (ValueError, OSError, UnsafeArchiveError) as exc:
+        raise PlanError(f"shipped builds index {directory}: {exc}") from None
+    return found
 
 
 def check_variables(v: Mapping[str, Any]) -> None:
@@ -207,7 +302,16 @@ def plan(
                 "at least one CUDA architecture (llama_cpp_cuda_architectures, or a GPU with a "
                 f"compute capability in llamafleet_gpus). nvcc said: {said}"
             )
-    return {"backend": backend, "cuda_archs": archs, "pin": pin, "nvcc": found}
+    hashed, options_hash = build_options(v, backend, archs, _text(found.get("stdout")))
+    return {
+        "backend": backend,
+        "cuda_archs": archs,
+        "pin": pin,
+        "nvcc": found,
+        "hashed_options": hashed,
+        "options_sha256": options_hash,
+        "indexed": shipped_build(v, pin, backend, options_hash),
+    }
 
 
 class ActionModule(ActionBase):

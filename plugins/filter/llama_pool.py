@@ -519,9 +519,10 @@ def scrapers(names: Any, hostvars: Mapping[str, Any]) -> list[str]:
     out: list[str] = []
     for name in names:
         hv = hostvars.get(str(name), {})
-        address = str(
-            hv.get("ansible_host") or (hv.get("ansible_default_ipv4") or {}).get("address") or name
-        )
+        # (the gathered fact through ansible_facts: top-level injected facts are deprecated and
+        # off where inject_facts_as_vars is false)
+        gathered = (hv.get("ansible_facts") or {}).get("default_ipv4") or {}
+        address = str(hv.get("ansible_host") or gathered.get("address") or name)
         if not _is_ip(address):
             _fail(
                 f"{name}: reached at {address!r}, a name: HAProxy's exporter lets scrapers in by "

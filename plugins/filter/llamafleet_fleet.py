@@ -110,26 +110,49 @@ def _results(registered: Any) -> list[Any]:
 _ROLES = Path(__file__).resolve().parents[2] / "roles"
 
 
+#: each role's parsed defaults, by role, with the (mtime, size) of the file they were read from:
+#: the playbooks evaluate `_rollout_defaults` in many tasks, and a worker (or, with the preload
+#: callback, the controller's main process before it forks them) parses each file once
+_DEFAULTS_CACHE: dict[str, tuple[tuple[int, int], dict[str, Any]]] = {}
+
+
+def role_defaults_of(role: str) -> dict[str, Any]:
+    """One role's literal defaults (roles/ROLE/defaults/main.yml without the templated ones),
+    read again only when the file changed."""
+    import yaml
+
+    path = _ROLES / str(role) / "defaults" / "main.yml"
+    try:
+        st = path.stat()
+    except OSError:
+        st = None
+    if st is None or not path.is_file():
+        _fail(f"role {role}: no {path} (not a role of the llamafleet.fleet collection)")
+    stamp = (st.st_mtime_ns, st.st_size)
+    held = _DEFAULTS_CACHE.get(str(role))
+    if held is not None and held[0] == stamp:
+        return held[1]
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        _fail(f"{path}: {exc}")
+    if not isinstance(data, dict):
+        _fail(f"{path}: not a mapping of variables")
+    found = {k: v for k, v in data.items() if not _templated(v)}
+    _DEFAULTS_CACHE[str(role)] = (stamp, found)
+    return found
+
+
 def llamafleet_role_defaults(roles: Iterable[str]) -> dict[str, Any]:
     """The defaults of the named roles of this collection (roles/ROLE/defaults/main.yml), for a
     playbook that needs a role's setting before or without running the role:
     ``llama_cpp_prefix | default(_defaults.llama_cpp_prefix)`` is the inventory's value when it
     sets one, else the role's own default (never a copy of it). A default that is a template
     (it depends on facts or other variables) is left out."""
-    import yaml
-
     out: dict[str, Any] = {}
     for role in roles or []:
-        path = _ROLES / str(role) / "defaults" / "main.yml"
-        if not path.is_file():
-            _fail(f"role {role}: no {path} (not a role of the llamafleet.fleet collection)")
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            _fail(f"{path}: {exc}")
-        if not isinstance(data, dict):
-            _fail(f"{path}: not a mapping of variables")
-        out.update({k: v for k, v in data.items() if not _templated(v)})
+        out.update(role_defaults_of(str(role)))
     return out
 
 

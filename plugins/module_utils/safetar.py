@@ -582,6 +582,49 @@ def find_build(
     return found[0] if len(found) == 1 else ""
 
 
+def incoming_path(directory: str, platform: str, name: str, builder: str) -> str:
+    """Where a tarball fetched from ``builder`` waits to be recorded."""
+    return os.path.join(
+        directory, check_platform(platform), f".incoming-{safe_host_part(builder)}-{name}.tar.gz"
+    )
+
+
+def query(
+    directory: str,
+    platform: str,
+    *,
+    name: str = "",
+    commit: str = "",
+    backend: str = "",
+    options_hash: str = "",
+    builders: Collection[str] | None = None,
+    builder: str = "",
+) -> dict[str, object]:
+    """A read-only query of the index: the entry of build ``name`` for ``platform``, or, without
+    a name, of the one build of ``commit`` with these options whose tarball is in place
+    (find_build; ``name`` "" and nothing found when there is none), with the tarball's path,
+    whether it exists and where a tarball of ``builder`` would be fetched to. Raises ValueError,
+    OSError or UnsafeArchiveError on a bad name, platform or index."""
+    platform = check_platform(platform)
+    if not name:
+        name = find_build(directory, platform, commit, backend, options_hash, builders=builders)
+        if not name:
+            return {
+                "name": "",
+                "found": False,
+                "entry": {},
+                "tarball": "",
+                "tarball_exists": False,
+                "incoming": "",
+                "ignored": "",
+            }
+    name = check_build_name(name)
+    result = lookup(directory, platform, name, builders)
+    result["incoming"] = incoming_path(directory, platform, name, builder)
+    result["name"] = name
+    return result
+
+
 MANIFEST_MAX = 1024 * 1024
 
 

@@ -127,19 +127,9 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.llamafleet.fleet.plugins.module_utils.safetar import (
     UnsafeArchiveError,
-    check_build_name,
-    check_platform,
-    find_build,
-    lookup,
+    query,
     record,
-    safe_host_part,
 )
-
-
-def incoming_path(directory: str, platform: str, name: str, builder: str) -> str:
-    return os.path.join(
-        directory, check_platform(platform), f".incoming-{safe_host_part(builder)}-{name}.tar.gz"
-    )
 
 
 def main() -> None:
@@ -161,44 +151,31 @@ def main() -> None:
     )
     p = module.params
     name = p["name"] or ""
+    if not name and (
+        p["state"] != "query" or not (p["backend"] and p["options_hash"] and p["commit"])
+    ):
+        module.fail_json(msg="a query without name needs commit, backend and options_hash")
     try:
-        platform = check_platform(p["platform"])
-        if not name:
-            if p["state"] != "query" or not (p["backend"] and p["options_hash"] and p["commit"]):
-                module.fail_json(msg="a query without name needs commit, backend and options_hash")
-            name = find_build(
-                p["dir"],
-                platform,
-                p["commit"],
-                p["backend"],
-                p["options_hash"],
-                builders=p["builders"],
-            )
-            if not name:
-                module.exit_json(
-                    changed=False,
-                    name="",
-                    found=False,
-                    entry={},
-                    tarball="",
-                    tarball_exists=False,
-                    incoming="",
-                    ignored="",
-                )
-        name = check_build_name(name)
-        incoming = incoming_path(p["dir"], platform, name, p["builder"])
-        result = lookup(p["dir"], platform, name, p["builders"])
-        result["incoming"] = incoming
-        result["name"] = name
-        if p["state"] == "query":
+        result = query(
+            p["dir"],
+            p["platform"],
+            name=name,
+            commit=p["commit"],
+            backend=p["backend"] or "",
+            options_hash=p["options_hash"] or "",
+            builders=p["builders"],
+            builder=p["builder"],
+        )
+        if p["state"] == "query" or not result["name"]:
             module.exit_json(changed=False, **result)
         if module.check_mode:
             module.exit_json(changed=True, **result)
+        incoming = str(result["incoming"])
         if os.path.realpath(p["src"]) != os.path.realpath(incoming):
             module.fail_json(msg=f"src must be the incoming path {incoming}", **result)
         changed, entry = record(
             p["dir"],
-            platform,
+            p["platform"],
             name,
             p["src"],
             builder=p["builder"],

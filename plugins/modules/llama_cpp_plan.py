@@ -22,15 +22,26 @@ description:
     architectures (O(vars.cuda_architectures), else those of the GPUs); for C(cuda) it runs
     C(<cuda_home>/bin/nvcc --version) on the host and refuses a toolkit that does not report
     O(vars.cuda_version) or a build without an architecture.
-  - Changes nothing, in check mode or not (nvcc runs in check mode too).
+  - >-
+    Computes the CMake options a build is configured with and their sha256, which names the build
+    (RV(hashed_options), RV(options_sha256)): the same JSON and sha256 the role computed in Jinja
+    before, so no installed build is renamed.
+  - >-
+    With shipped builds (O(vars.ship_dir)), a pin and O(vars.build_number=auto), reads the
+    controller's index of shipped builds for the one build of the pinned commit with these
+    options for this platform (RV(indexed), as M(llamafleet.fleet.llama_cpp_build_index) answers
+    a query without a name); O(vars.ship_builders) limits it to builds those hosts recorded.
+  - Changes nothing, in check mode or not (nvcc runs in check mode too; the index is only read).
 version_added: "0.2.0"
 options:
   vars:
     description: The role's variables, by their names without C(llama_cpp_) (repo, version,
       commit, refused_versions, backend, targets, keep_builds, build_number, prefix, work_dir,
       ccache_dir, ship_dir, ship_platform, allow_insecure_transport, allow_unpinned, build_user,
-      build_group, cuda_architectures, cuda_home), C(has_token) (whether llama_cpp_repo_token is
-      set; never the token) and C(cuda_version) (the release nvcc must report).
+      build_group, cuda_architectures, cuda_home, build_type, native, cmake_options,
+      ship_builders), C(has_token) (whether llama_cpp_repo_token is set; never the token),
+      C(cuda_version) (the release nvcc must report) and C(fixed_cmake_options) (the role's own
+      CMake options).
     type: dict
     required: true
   gpus:
@@ -73,6 +84,21 @@ pin:
 nvcc:
   description: C(rc), C(stdout), C(stdout_lines) and C(stderr) of C(nvcc --version); empty
     unless the backend is C(cuda).
+  returned: success
+  type: dict
+hashed_options:
+  description: The CMake options of the build, before its build number and ccache.
+  returned: success
+  type: dict
+options_sha256:
+  description: The sha256 of the options, the targets, the backend and nvcc's release (its
+    first 10 hex digits end the build's name).
+  returned: success
+  type: str
+indexed:
+  description: The controller's index entry of the build of the pinned commit with these
+    options (C(name), C(found), C(entry), C(tarball), C(tarball_exists), C(incoming), C(ignored);
+    C(name) is empty when there is none); empty where the index is not read.
   returned: success
   type: dict
 """

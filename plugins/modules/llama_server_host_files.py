@@ -22,6 +22,10 @@ description:
     it by path; the gguf_models role takes such a directory over for root). The C(metadata.json)
     of each accepted directory is read (not through a link) and parsed; a missing one is left
     out.
+  - >-
+    With O(account), says whether the service account is as the role makes it (RV(account_current)):
+    the group exists, and the user exists with it as its primary group, that shell and that home.
+    Where it is, the role's account tasks do not run.
   - Reads only; the same in check mode. Files larger than 16 MiB are refused.
 options:
   manifest:
@@ -37,6 +41,26 @@ options:
     type: list
     elements: str
     default: []
+  account:
+    description: The service account as the role makes it.
+    type: dict
+    suboptions:
+      user:
+        description: The user's name.
+        type: str
+        required: true
+      group:
+        description: The name of its primary group.
+        type: str
+        required: true
+      shell:
+        description: Its shell.
+        type: str
+        required: true
+      home:
+        description: Its home directory.
+        type: str
+        required: true
 author: llamafleet
 extends_documentation_fragment:
   - llamafleet.fleet.attributes.check
@@ -69,11 +93,17 @@ models_meta:
   description: Each model's parsed metadata.json, by the model's name.
   returned: success
   type: dict
+account_current:
+  description: Whether the service account is as O(account) describes it.
+  returned: when O(account) is given
+  type: bool
 """
 
 import base64
+import grp
 import json
 import os
+import pwd
 import stat
 from typing import Any
 
@@ -173,12 +203,29 @@ def read(manifest: str, models_dir: str, models: list[str]) -> dict[str, Any]:
     }
 
 
+def account_current(user: str, group: str, shell: str, home: str) -> bool:
+    """Whether ``group`` exists and ``user`` exists with it as its primary group, that shell and
+    that home: what the role's group and user tasks would leave unchanged."""
+    try:
+        gid = grp.getgrnam(group).gr_gid
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        return False
+    return pw.pw_gid == gid and pw.pw_shell == shell and pw.pw_dir == home
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "manifest": {"type": "path", "required": True},
             "models_dir": {"type": "path", "required": True},
             "models": {"type": "list", "elements": "str", "default": []},
+            "account": {
+                "type": "dict",
+                "options": {
+                    k: {"type": "str", "required": True} for k in ("user", "group", "shell", "home")
+                },
+            },
         },
         supports_check_mode=True,
     )
@@ -187,6 +234,8 @@ def main() -> None:
         found = read(p["manifest"], p["models_dir"], list(p["models"]))
     except RefusedError as e:
         module.fail_json(msg=str(e))
+    if p["account"]:
+        found["account_current"] = account_current(**p["account"])
     module.exit_json(changed=False, **found)
 
 

@@ -181,8 +181,9 @@ def test_the_distribution_names_its_vars_file(mod: Any, facts: dict[str, str], n
 def test_the_role_on_a_host_without_a_gpu(tmp_path: Path) -> None:
     """The real role, on this machine (no NVIDIA GPU), in check mode: its argument check (the
     facts it needs gathered by its dependency llamafleet_common), the decision, its record (the
-    export with it) and report, the skipped install; the toolkit not installed and the reason in
-    its facts; with cuda_toolkit_require_gpu it fails saying why."""
+    export with it), the skipped install (and with it the GPU report, which says with -v what
+    the facts say); the toolkit not installed and the reason in its facts; with
+    cuda_toolkit_require_gpu it fails saying why."""
     play = """
     - hosts: localhost
       connection: local
@@ -214,15 +215,15 @@ def test_the_role_on_a_host_without_a_gpu(tmp_path: Path) -> None:
     assert first[1:] == [
         "Decide whether to install the toolkit (GPUs, driver, distribution)",
         "Record the decision",
-        "Report the GPUs",
         "Install and verify the toolkit",
     ]
+    assert "Report the GPUs" not in own
     assert "Export the result as facts" not in own
     # the facts it reads come from its dependency, gathered once for every role
     common = re.findall(
         r"^TASK \[llamafleet\.fleet\.llamafleet_common : (.*?)\] \*", done.stdout, re.M
     )
-    assert "Gather the facts the roles need" in common
+    assert "Gather the facts the roles need and list the NVIDIA GPUs (llamafleet_gpus)" in common
 
 
 @pytest.mark.parametrize(

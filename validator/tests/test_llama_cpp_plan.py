@@ -8,7 +8,9 @@ the cuda scenario and the GPU check run the real one)."""
 
 from __future__ import annotations
 
+import json
 import re
+import textwrap
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -22,8 +24,10 @@ ROLE = REPO / "roles" / "llama_cpp"
 DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
 GPU = {"index": 0, "name": "NVIDIA GeForce RTX 4090", "compute_cap": "8.9", "arch": "89"}
 NVCC_128 = "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 12.8, V12.8.93\n"
-#: the variables that are not the role's own (whether there is a token; the toolkit's release)
-DERIVED = {"has_token", "cuda_version"}
+#: the variables that are not the role's own (whether there is a token; the toolkit's release;
+#: the role's fixed CMake options, from its vars/main.yml)
+DERIVED = {"has_token", "cuda_version", "fixed_cmake_options"}
+FIXED = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["_llama_cpp_fixed_cmake_options"]
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +45,8 @@ def _vars(mod: Any, **over: Any) -> dict[str, Any]:
         "ship_platform": "",
         "has_token": False,
         "cuda_version": "12.8",
+        "fixed_cmake_options": FIXED,
+        "ship_builders": [],
     }
     return found | over
 
@@ -69,11 +75,19 @@ def test_the_task_hands_over_every_variable_the_plan_reads(mod: Any) -> None:
 
 def test_the_defaults_on_a_host_without_a_gpu_build_for_the_cpu(mod: Any) -> None:
     found, asked = _plan(mod, _vars(mod))
+    options = found.pop("hashed_options")
+    assert re.fullmatch(r"[0-9a-f]{64}", found.pop("options_sha256"))
     assert found == {
         "backend": "cpu",
         "cuda_archs": [],
         "pin": DEFAULTS["llama_cpp_commit"],
         "nvcc": {},
+        "indexed": {},  # no shipped builds: the index is not read
+    }
+    assert options == FIXED | {
+        "CMAKE_BUILD_TYPE": "Release",
+        "GGML_NATIVE": "ON",
+        "GGML_CUDA": "OFF",
     }
     assert asked == []  # no nvcc without the cuda backend
 
@@ -250,3 +264,150 @@ def test_the_role_preflight_on_this_machine(tmp_path: Path) -> None:
     assert "is a branch or tag and no commit is pinned" in found["unpinned"]
     own = re.findall(r"^TASK \[llamafleet\.fleet\.llama_cpp : (.*?)\] \*", done.stdout, re.M)
     assert own == ["Check the variables and choose the backend"] * 4
+
+
+PLATFORM = "debian-bookworm-x86_64-cpu-any"
+
+
+def _ship(tmp_path: Path, options_hash: str, commit: str, builder: str = "b1") -> tuple[Path, str]:
+    """An index of shipped builds with one build of `commit` (its tarball in place)."""
+    ship = tmp_path / "ship"
+    (ship / PLATFORM).mkdir(parents=True)
+    name = f"b9079-{commit[:10]}-cpu-{options_hash[:10]}"
+    (ship / PLATFORM / f"{name}.tar.gz").write_bytes(b"tarball")
+    entry = {"sha256": "ab" * 32, "size": 7, "commit": commit, "builder": builder}
+    index = {"format": 1, "builds": {PLATFORM: {name: entry}}}
+    (ship / "index.json").write_text(json.dumps(index))
+    return ship, name
+
+
+def test_with_shipped_builds_the_plan_reads_the_index_for_this_hosts_build(
+    mod: Any, tmp_path: Path
+) -> None:
+    """The lookup the role made with a module on the controller (one task and one Python process
+    per host): the build of the pinned commit with this host's options, recorded by a builder
+    the inventory names, its tarball in place; its name carries the builder's build number."""
+    pin = DEFAULTS["llama_cpp_commit"]
+    shipping = {"ship_dir": "", "ship_platform": PLATFORM, "ship_builders": ["b1"]}
+    options_hash = _plan(mod, _vars(mod, **shipping))[0]["options_sha256"]
+    ship, name = _ship(tmp_path, options_hash, pin)
+    found = _plan(mod, _vars(mod, **(shipping | {"ship_dir": str(ship)})))[0]["indexed"]
+    assert found["name"] == name and found["found"] and found["tarball_exists"]
+    assert found["entry"]["sha256"] == "ab" * 32
+    assert found["tarball"] == str(ship / PLATFORM / f"{name}.tar.gz")
+    assert found["incoming"] == str(ship / PLATFORM / f".incoming-host-{name}.tar.gz")
+    # not read without a pin or with a build number set by hand
+    by_hand = _vars(mod, **(shipping | {"ship_dir": str(ship)}), build_number="9079")
+    assert _plan(mod, by_hand)[0]["indexed"] == {}
+    # the same options on another platform, or other options: nothing found, the host builds
+    other = _vars(mod, **(shipping | {"ship_dir": str(ship)}), native=False)
+    assert _plan(mod, other)[0]["indexed"]["name"] == ""
+
+
+def test_a_build_recorded_by_a_host_that_is_not_a_builder_is_not_taken(
+    mod: Any, tmp_path: Path
+) -> None:
+    """Attack: a compromised host that once shipped (or wrote an entry naming itself) does not
+    decide what another host runs once the inventory no longer names it as a builder."""
+    pin = DEFAULTS["llama_cpp_commit"]
+    shipping = {"ship_platform": PLATFORM, "ship_builders": ["b1"]}
+    options_hash = _plan(mod, _vars(mod, ship_dir="", **shipping))[0]["options_sha256"]
+    ship, _ = _ship(tmp_path, options_hash, pin, builder="gpu-7")
+    v = _vars(mod, ship_dir=str(ship), **shipping)
+    assert _plan(mod, v)[0]["indexed"]["name"] == ""
+    assert _plan(mod, v | {"ship_builders": []})[0]["indexed"]["name"] == ""
+    assert _plan(mod, v | {"ship_builders": ["gpu-7"]})[0]["indexed"]["found"]
+
+
+def test_a_broken_index_fails_the_plan_naming_it(mod: Any, tmp_path: Path) -> None:
+    ship = tmp_path / "ship"
+    ship.mkdir()
+    (ship / "index.json").write_text("{")
+    v = _vars(mod, ship_dir=str(ship), ship_platform=PLATFORM, ship_builders=["b1"])
+    with pytest.raises(mod.PlanError, match=rf"shipped builds index {ship}: .*not valid JSON"):
+        _plan(mod, v)
+
+
+#: vars/main.yml's definition of the build's options and their sha256 before the plan computed
+#: them (kept here as the reference: a build installed before must keep its name)
+_FORMER_HASH = """
+    _cuda_options:
+      GGML_CUDA: "ON"
+      CMAKE_CUDA_ARCHITECTURES: "{{ _llama_cpp_cuda_archs | join(';') }}"
+      CMAKE_CUDA_COMPILER: "{{ llama_cpp_cuda_home }}/bin/nvcc"
+      CUDAToolkit_ROOT: "{{ llama_cpp_cuda_home }}"
+    _hashed: >-
+      {{ _llama_cpp_fixed_cmake_options
+         | combine({'CMAKE_BUILD_TYPE': llama_cpp_build_type,
+                    'GGML_NATIVE': 'ON' if llama_cpp_native | bool else 'OFF'})
+         | combine(_cuda_options if _llama_cpp_backend == 'cuda' else {'GGML_CUDA': 'OFF'})
+         | combine(llama_cpp_cmake_options) }}
+    _sha: >-
+      {{ {'cmake': _hashed, 'targets': llama_cpp_targets, 'backend': _llama_cpp_backend,
+          'cuda': (_llama_cpp_nvcc.stdout | default('') | regex_search('release [0-9.]+, V[0-9.]+'))
+                  if _llama_cpp_backend == 'cuda' else none}
+         | to_json(sort_keys=true) | hash('sha256') }}
+"""
+
+
+def test_the_options_hash_is_the_one_the_role_computed_before(tmp_path: Path) -> None:
+    """A real playbook: for the defaults, a cuda build and options of every YAML type, the plan's
+    options and sha256 are exactly what the role's former Jinja made of the same variables, so an
+    installed build keeps its name (a new name would rebuild every host)."""
+    home = tmp_path / "cuda"
+    (home / "bin").mkdir(parents=True)
+    nvcc = home / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.8, V12.8.93'\n")
+    nvcc.chmod(0o755)
+    cases = {
+        "defaults": {},
+        "options": {
+            "llama_cpp_native": "no",
+            "llama_cpp_build_type": "RelWithDebInfo",
+            "llama_cpp_targets": ["llama-server", "llama-bench"],
+            "llama_cpp_cmake_options": {
+                "GGML_CUDA_FA_ALL_QUANTS": True,
+                "GGML_AVX512": "OFF",
+                "N": 3,
+                "GGML_CUDA": "OFF",
+            },
+        },
+        "cuda": {
+            "llama_cpp_backend": "cuda",
+            "llama_cpp_cuda_architectures": ["89", "120"],
+            "llama_cpp_cuda_home": str(home),
+        },
+    }
+    tasks = ""
+    for label, over in cases.items():
+        tasks += f"""
+        - ansible.builtin.include_role:
+            name: llamafleet.fleet.llama_cpp
+            tasks_from: preflight.yml
+            public: true
+          vars: {json.dumps(over)}
+        - ansible.builtin.debug:
+            msg: >-
+              RESULT {label} {{{{ [_llama_cpp_options_sha256, _sha,
+              _llama_cpp_hashed_options, _hashed] | to_json }}}}
+          vars: {json.dumps(over)}
+"""
+    former = textwrap.indent(textwrap.dedent(_FORMER_HASH), " " * 8)
+    play = f"""
+    - hosts: localhost
+      connection: local
+      gather_facts: false
+      vars:
+{former}
+      tasks:
+{tasks}
+    """
+    done = run_playbook(tmp_path, play, "--check")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    found = playbook_results(done.stdout)
+    assert set(found) == set(cases)
+    for label, (sha, former_sha, options, former_options) in found.items():
+        assert re.fullmatch(r"[0-9a-f]{64}", sha), label
+        assert (sha, options) == (former_sha, former_options), label
+    assert len({v[0] for v in found.values()}) == len(cases)  # each case names another build
+    assert found["cuda"][2]["CMAKE_CUDA_ARCHITECTURES"] == "89;120"

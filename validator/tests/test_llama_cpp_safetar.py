@@ -598,9 +598,8 @@ def test_index_with_a_broken_entry_is_an_error(st: ModuleType, tmp_path: Path) -
         st.lookup(str(ship), PLATFORM, NAME)
 
 
-def test_index_module_incoming_path_is_inside_the_platform_dir(tmp_path: Path) -> None:
-    mod = _module("llama_cpp_build_index")
-    path = mod.incoming_path(str(tmp_path), PLATFORM, NAME, "../../evil host")
+def test_index_incoming_path_is_inside_the_platform_dir(st: ModuleType, tmp_path: Path) -> None:
+    path = st.incoming_path(str(tmp_path), PLATFORM, NAME, "../../evil host")
     assert os.path.dirname(path) == str(tmp_path / PLATFORM)
     assert os.path.basename(path).startswith(".incoming-") and "/" not in os.path.basename(path)
 

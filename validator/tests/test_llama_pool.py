@@ -338,7 +338,7 @@ def test_the_scrapers_of_the_exporter(pool: ModuleType, filter_error: type[Excep
     frontend's src ACL and the unit's IPAddressAllow= both filter by address)."""
     hostvars = {
         "mon1": {"ansible_host": "10.0.0.7"},
-        "mon2": {"ansible_default_ipv4": {"address": "10.0.0.8"}},
+        "mon2": {"ansible_facts": {"default_ipv4": {"address": "10.0.0.8"}}},
         "mon3": {"ansible_host": "10.0.0.7"},
     }
     assert pool.scrapers(["mon1", "mon2", "mon3"], hostvars) == ["10.0.0.7", "10.0.0.8"]

@@ -9,8 +9,10 @@ a host."""
 from __future__ import annotations
 
 import base64
+import grp
 import json
 import os
+import pwd
 from pathlib import Path
 from types import ModuleType
 
@@ -21,6 +23,9 @@ from conftest import load_ansible_plugin, playbook_results, plugin_path, run_pla
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the files are root's")
 NOBODY = 65534
 META = {"path": "/m/qwen/qwen.gguf", "sha256": "ab" * 32, "context_length": 262144}
+#: an account every host has, as this machine describes it
+ROOT = pwd.getpwuid(0)
+ROOT_GROUP = grp.getgrgid(ROOT.pw_gid).gr_name
 
 
 @pytest.fixture(scope="module")
@@ -120,10 +125,12 @@ def test_the_module_under_ansible_playbook(mod: ModuleType, open_tmp: Path, tmp_
             manifest: {manifest}
             models_dir: {models}
             models: [qwen, bare]
+            account: {{user: {ROOT.pw_name}, group: {ROOT_GROUP}, shell: "{ROOT.pw_shell}",
+                       home: "{ROOT.pw_dir}"}}
           register: files
         - ansible.builtin.debug:
-            msg: "RESULT files {{{{ [files.changed, files.manifest_json.name, files.models_meta]
-                  | to_json }}}}"
+            msg: "RESULT files {{{{ [files.changed, files.manifest_json.name, files.models_meta,
+                  files.account_current] | to_json }}}}"
         - ansible.builtin.file:
             path: {models}/bare
             mode: "0777"
@@ -140,5 +147,21 @@ def test_the_module_under_ansible_playbook(mod: ModuleType, open_tmp: Path, tmp_
     done = run_playbook(tmp_path, play, "--check")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     found = playbook_results(done.stdout)
-    assert found["files"] == [False, "b1", {"qwen": META}]
+    assert found["files"] == [False, "b1", {"qwen": META}, True]
     assert found["refused"].startswith(f"{models}/bare is owned by root (mode 0777)")
+
+
+def test_the_service_account_is_current_only_as_the_role_makes_it(mod: ModuleType) -> None:
+    """The role's group and user tasks run only where this says no: a missing group or user, and
+    a user whose primary group, shell or home differs from what the user task would set."""
+    same = {"user": ROOT.pw_name, "group": ROOT_GROUP, "shell": ROOT.pw_shell, "home": ROOT.pw_dir}
+    assert mod.account_current(**same) is True
+    nobody_group = grp.getgrgid(pwd.getpwuid(NOBODY).pw_gid).gr_name
+    for change in (
+        {"user": "llamafleet-no-such-user"},
+        {"group": "llamafleet-no-such-group"},
+        {"group": nobody_group},  # exists, but not root's primary group
+        {"shell": "/usr/sbin/nologin"},
+        {"home": "/nonexistent"},
+    ):
+        assert mod.account_current(**(same | change)) is False, change
