@@ -36,6 +36,7 @@ Run as root (bridges, overlay mounts, containers), from any directory.
 from __future__ import annotations
 
 import argparse
+import configparser
 import importlib
 import json
 import os
@@ -109,6 +110,7 @@ VARIANT_HELP = {
 
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 _VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CFG_VALUE = re.compile(r"[A-Za-z0-9_.:/, -]{1,200}")
 _RECAP = re.compile(
     r"^(?P<host>\S+)\s+:\s+ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+"
     r"unreachable=(?P<unreachable>\d+)\s+failed=(?P<failed>\d+)",
@@ -122,13 +124,16 @@ class SimError(Exception):
 
 @dataclass(frozen=True)
 class Variant:
-    """How ansible-playbook runs: environment variables and extra variables."""
+    """How ansible-playbook runs: environment variables, extra variables and settings of the
+    [defaults] section of ansible.cfg (for those without an environment variable, such as
+    internal_poll_interval)."""
 
     name: str
     env: dict[str, str] = field(default_factory=dict)
     extra_vars: dict[str, str] = field(default_factory=dict)
     # a commit of this repository whose playbooks and roles run instead of the working tree's
     ref: str = ""
+    cfg: dict[str, str] = field(default_factory=dict)
 
     def resolved_env(self, n: int, facts_dir: Path) -> dict[str, str]:
         """The environment with `{n}` and `{facts}` filled in."""
@@ -143,7 +148,8 @@ def _fill(value: str, n: int, facts_dir: Path) -> str:
 
 
 def parse_variant(spec: str) -> Variant:
-    """NAME or NAME:ENV=VALUE,e.VAR=VALUE,...; a built-in NAME starts from its settings."""
+    """NAME or NAME:ENV=VALUE,e.VAR=VALUE,cfg.KEY=VALUE,...; a built-in NAME starts from its
+    settings."""
     name, _, rest = spec.partition(":")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,39}", name):
         raise SimError(
@@ -152,6 +158,7 @@ def parse_variant(spec: str) -> Variant:
         )
     env = dict(BUILTIN_VARIANTS.get(name, {}))
     extra: dict[str, str] = {}
+    cfg: dict[str, str] = {}
     ref = ""
     if not rest and name not in BUILTIN_VARIANTS:
         known = ", ".join(BUILTIN_VARIANTS)
@@ -167,6 +174,11 @@ def parse_variant(spec: str) -> Variant:
             if not _VAR_NAME.match(var):
                 raise SimError(f"variant {spec!r}: {var!r} is not a variable name")
             extra[var] = value
+        elif key.startswith("cfg."):
+            setting = key[4:]
+            if not _VAR_NAME.match(setting) or not _CFG_VALUE.fullmatch(value):
+                raise SimError(f"variant {spec!r}: {item!r} is not cfg.SETTING=VALUE")
+            cfg[setting] = value
         elif key == "ref":
             if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_./~^-]{0,99}", value):
                 raise SimError(f"variant {spec!r}: {value!r} is not a git commit or ref")
@@ -176,9 +188,10 @@ def parse_variant(spec: str) -> Variant:
         else:
             raise SimError(
                 f"variant {spec!r}: {key!r} is neither an environment variable (ANSIBLE_FORKS), "
-                "an extra variable (e.rollout_batch) nor ref=GITREF"
+                "an extra variable (e.rollout_batch), a setting of ansible.cfg's [defaults] "
+                "(cfg.internal_poll_interval) nor ref=GITREF"
             )
-    return Variant(name, env, extra, ref)
+    return Variant(name, env, extra, ref, cfg)
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -720,6 +733,8 @@ def measure(setup: Setup, n: int, variant: Variant) -> Measurement:
     env = ansible_env(setup, variant.resolved_env(n, facts))
     extra = variant.resolved_vars(n, facts)
     tree = tree_of(variant.ref, run_dir / "tree") if variant.ref else ROOT
+    if variant.cfg:
+        env["ANSIBLE_CONFIG"] = str(config_with(tree, variant.cfg, run_dir))
     if variant.ref:
         print(f"  playbooks and roles of {variant.ref} ({(tree / 'COMMIT').read_text().strip()})")
     builds_before = builds_of_commit(setup.build_cache)
@@ -751,6 +766,8 @@ def measure(setup: Setup, n: int, variant: Variant) -> Measurement:
                     flush=True,
                 )
                 break
+    if variant.cfg:
+        Path(env["ANSIBLE_CONFIG"]).unlink(missing_ok=True)
     # the checked-out tree is not kept (its commit is recorded)
     ref_commit = (tree / "COMMIT").read_text().strip() if variant.ref else ""
     if variant.ref:
@@ -761,12 +778,28 @@ def measure(setup: Setup, n: int, variant: Variant) -> Measurement:
         settings={
             **variant.env,
             **{f"e.{k}": v for k, v in variant.extra_vars.items()},
+            **{f"cfg.{k}": v for k, v in variant.cfg.items()},
             **({"ref": ref_commit} if variant.ref else {}),
         },
         runs=runs,
         boot_seconds=round(boot, 1),
         compiled_during_run=builds_of_commit(setup.build_cache) != builds_before,
     )
+
+
+def config_with(tree: Path, settings: dict[str, str], run_dir: Path) -> Path:
+    """The tree's ansible.cfg with these [defaults] settings, beside it (its relative paths stay
+    relative to the tree), removed when the measurement ends. Returns its path."""
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(tree / "ansible.cfg")
+    if not parser.has_section("defaults"):
+        parser.add_section("defaults")
+    for key, value in settings.items():
+        parser.set("defaults", key, value)
+    path = tree / f".fleet-sim-{run_dir.name}.cfg"
+    with path.open("w") as fh:
+        parser.write(fh)
+    return path
 
 
 def env_diff(env: dict[str, str], setup: Setup) -> dict[str, str]:

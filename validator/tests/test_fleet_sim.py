@@ -3,6 +3,7 @@ memory sampler, the table and the plot). The simulation itself runs with `make f
 
 from __future__ import annotations
 
+import configparser
 import importlib.util
 import json
 import os
@@ -57,11 +58,29 @@ def test_builtin_variant_and_added_settings() -> None:
         ("mine:e.1x=5", "not a variable name"),
         ("bad name:ANSIBLE_FORKS=5", "the name must be"),
         ("old:ref=$(rm -rf x)", "not a git commit or ref"),
+        ("poll:cfg.internal-poll=1", "not cfg.SETTING=VALUE"),
+        ("poll:cfg.x=$(id)", "not cfg.SETTING=VALUE"),
     ],
 )
 def test_bad_variants_are_refused(spec: str, message: str) -> None:
     with pytest.raises(sim.SimError, match=message):
         sim.parse_variant(spec)
+
+
+def test_a_variant_can_set_what_only_ansible_cfg_sets(tmp_path: Path) -> None:
+    """internal_poll_interval has no environment variable: the variant's run reads a copy of the
+    tree's ansible.cfg with the setting, beside it (its relative paths still the tree's)."""
+    v = sim.parse_variant("poll:cfg.internal_poll_interval=0.01,ANSIBLE_FORKS=5")
+    assert (v.cfg, v.env) == ({"internal_poll_interval": "0.01"}, {"ANSIBLE_FORKS": "5"})
+    (tmp_path / "ansible.cfg").write_text((ROOT / "ansible.cfg").read_text())
+    path = sim.config_with(tmp_path, v.cfg, tmp_path / "n5-poll")
+    assert path.parent == tmp_path
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(path)
+    assert parser.get("defaults", "internal_poll_interval") == "0.01"
+    # everything else as the tree's own
+    assert parser.get("defaults", "forks") == "50"
+    assert parser.get("defaults", "collections_path") == ".ansible/collections"
 
 
 def test_a_variant_can_run_the_playbooks_of_another_commit(tmp_path: Path) -> None:
