@@ -95,6 +95,9 @@ def _collection_root() -> Path:
 COLLECTIONS_ROOT = _collection_root()
 os.environ["ANSIBLE_COLLECTIONS_PATH"] = str(COLLECTIONS_ROOT)
 sys.path.insert(0, str(COLLECTIONS_ROOT))
+# the chat template's answers are not kept on disk between tests (one test's answer would spare
+# another the child process it tests); tests/test_diskcache.py turns it on where it tests it
+os.environ["LLAMAFLEET_TEMPLATE_CACHE"] = "off"
 # a module a test runs as a program (python MODULE.py ARGS) imports its module_utils the same way
 os.environ["PYTHONPATH"] = os.pathsep.join(
     filter(None, [str(COLLECTIONS_ROOT), os.environ.get("PYTHONPATH")])
@@ -245,6 +248,7 @@ def run_playbook(
         "ANSIBLE_NOCOLOR": "1",
         "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
         "HOME": str(tmp_path),
+        "LLAMAFLEET_TEMPLATE_CACHE": "off",
     } | (env or {})
     return subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"), "play.yml", *extra],

@@ -16,7 +16,7 @@ from conftest import load_ansible_plugin, playbook_results, run_playbook
 
 pytest.importorskip("ansible")
 
-PROBE = '''
+PROBE = """
 import sys
 
 def probe(_):
@@ -29,7 +29,7 @@ def probe(_):
 class FilterModule:
     def filters(self):
         return {"probe": probe}
-'''
+"""
 
 PLAY = """
 - hosts: localhost

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import hashlib
 import json
 import math
 import os
@@ -59,6 +60,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+
+from llamafleet import diskcache
 
 if TYPE_CHECKING:
     from llamafleet.argv import Option, ServerConfig
@@ -630,7 +633,33 @@ def _child_failure(proc: subprocess.CompletedProcess[str], timeout: float, who: 
     return f"{who} failed: {last[:200]}"
 
 
+@functools.lru_cache(maxsize=1)
+def _code_version() -> str:
+    """What the child's answers depend on besides the template: this module's source, jinja2's
+    version and Python's (an answer kept on disk by :mod:`llamafleet.diskcache` is used again only
+    by the same code)."""
+    import jinja2
+
+    with open(__file__, "rb") as fh:
+        source = hashlib.sha256(fh.read()).hexdigest()
+    return f"{source}/{jinja2.__version__}/{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def _question(op: str, template: str, timeout: float) -> dict[str, Any]:
+    digest = hashlib.sha256(template.encode("utf-8", "surrogatepass")).hexdigest()
+    return {"op": op, "template": digest, "timeout": timeout, "code": _code_version()}
+
+
+#: The classifications kept on disk: those of a render that ran to its end. One that hit a limit
+#: (time, memory: unrenderable) depends on how busy the machine was, and is asked again.
+_KEPT_KINDS = frozenset({OK, RAISES, DROPS, MOVES})
+
+
 def _classify_in_child(template: str, timeout: float) -> Classification:
+    question = _question("classify", template, timeout)
+    kept = diskcache.get("chat-template", question)
+    if kept is not None and kept.get("kind") in _KEPT_KINDS:
+        return Classification(str(kept["kind"]), str(kept.get("detail", "")))
     try:
         proc = _run_child({"op": "classify", "template": template}, timeout)
     except _ChildTimeoutError:
@@ -641,11 +670,14 @@ def _classify_in_child(template: str, timeout: float) -> Classification:
         return _classify_here(template, timeout)
     try:
         data = json.loads(proc.stdout)
-        return Classification(str(data["kind"]), str(data.get("detail", "")))
+        found = Classification(str(data["kind"]), str(data.get("detail", "")))
     except (ValueError, KeyError, TypeError):
         if proc.returncode >= 0 and "MemoryError" in proc.stderr:
             return Classification(UNRENDERABLE, "rendering needs more memory than allowed")
         return Classification(UNRENDERABLE, _child_failure(proc, timeout, "the renderer"))
+    if proc.returncode == 0 and found.kind in _KEPT_KINDS:
+        diskcache.put("chat-template", question, found.as_dict())
+    return found
 
 
 def _cpu_limit(timeout: float) -> int:
@@ -809,6 +841,10 @@ def fix_late_system(
         raise TemplateFixError("jinja2 is not installed: the fix is verified by rendering")
     if not isolate or not sys.executable:
         return _fix_here(template, timeout)
+    question = _question("fix", template, timeout)
+    kept = diskcache.get("chat-template", question)
+    if kept is not None and isinstance(kept.get("fixed"), str):
+        return str(kept["fixed"]), str(kept.get("description", ""))
     try:
         proc = _run_child({"op": "fix", "template": template}, timeout)
     except _ChildTimeoutError:
@@ -827,6 +863,8 @@ def fix_late_system(
         raise TemplateFixError(f"{why}; not fixed") from None
     if answer is None:
         raise TemplateFixError(error)
+    if proc.returncode == 0:
+        diskcache.put("chat-template", question, {"fixed": answer[0], "description": answer[1]})
     return answer
 
 
