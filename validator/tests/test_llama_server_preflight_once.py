@@ -131,9 +131,9 @@ def test_the_role_key_follows_every_variable(tmp_path: Path) -> None:
       vars:
         llama_server_instances: {json.dumps([instance])}
       tasks:
-        - name: The resolve loop's result (no instance), as tasks/preflight.yml registers it
+        - name: The resolve task's result (no instance), as tasks/preflight.yml registers it
           ansible.builtin.set_fact:
-            _llama_server_resolve: {{results: []}}
+            _llama_server_resolve: {{instances: []}}
         - name: The preflight's record, as tasks/preflight.yml writes it last
           ansible.builtin.set_fact:
             _llama_server_preflight_done:
