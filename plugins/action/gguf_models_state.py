@@ -16,12 +16,14 @@ sha256 of 64 hex digits, url|src + sha256 on every part and on mmproj; unique na
 variable an earlier version had (gguf_models_owner, _group, _create_owner, _file_mode, _dir_mode),
 with the role's own messages, before anything is asked on the host.
 
-Then it asks the role's own modules, in check mode, what the placing tasks would do
-(tasks/install.yml, model.yml, file.yml): M(llamafleet.fleet.gguf_fetch) for the models
-directory, each model's directory and each file (its sha256 file names the expected checksum,
-root owns it, one link; with O(verify_existing) it is hashed again), and
-M(llamafleet.fleet.gguf_metadata) for each model's saved metadata.json (the document it would
-write is the one there). When none of them would change anything, the result is
+Then it runs the module gguf_models_state once on the host (module_utils/gguf_state.py), which
+asks the role's own placing code, in check mode and in that one process, what the placing tasks
+would do (tasks/install.yml, model.yml, file.yml): gguf_fetch's (module_utils/gguf_place.py) for
+the models directory, each model's directory and each file (its sha256 file names the expected
+checksum, root owns it, one link; with O(verify_existing) it is hashed again), and
+gguf_metadata's (module_utils/gguf_describe.py) for each model's saved metadata.json (the
+document it would write is the one there). (Before, the plugin ran those two modules over the
+connection once for each of these paths.) When none of them would change anything, the result is
 C(current: true) and its C(metadata) is what the placing tasks would have set as
 C(gguf_models_metadata) (each model's validated document plus C(dir) and C(path)); the role sets
 that fact from it.
@@ -37,11 +39,9 @@ Nothing is changed on the host, in check mode or not; the result never reports C
 
 from __future__ import annotations
 
-import posixpath
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
@@ -57,13 +57,6 @@ _ARGS = frozenset(
         "allow_insecure_transport",
     }
 )
-
-#: runs one of the collection's modules in check mode on the host: (name, args) -> result
-Runner = Callable[[str, dict[str, Any]], Mapping[str, Any]]
-
-
-class StateInputError(Exception):
-    """Bad input from the playbook: the task fails with this message."""
 
 
 class ListError(Exception):
@@ -125,110 +118,6 @@ def check_removed(variables: Mapping[str, Any]) -> None:
         )
 
 
-class _NotCurrentError(Exception):
-    """Something the placing tasks would do (the message says what): the decision is made."""
-
-
-def model_files(model: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The files of one gguf_models_list entry in the order tasks/model.yml places them: the
-    model, its parts, its mmproj; each with its ``dest_name`` (``filename``, else the last part of
-    the URL's or the source's path) and ``kind`` (model or mmproj)."""
-    entries: list[tuple[Mapping[str, Any], str]] = [(model, "model")]
-    entries += [(p, "model") for p in model.get("parts") or []]
-    if model.get("mmproj") is not None:
-        entries.append((model["mmproj"], "mmproj"))
-    files = []
-    for entry, kind in entries:
-        if not isinstance(entry, Mapping):
-            raise StateInputError(f"model {model.get('name')!r}: a part or mmproj is not a mapping")
-        where = entry.get("url", entry.get("src"))
-        if not isinstance(where, str) or not where:
-            raise StateInputError(f"model {model.get('name')!r}: a file has neither url nor src")
-        name = entry.get("filename") or posixpath.basename(urlsplit(where).path)
-        files.append({**entry, "dest_name": str(name), "kind": kind})
-    return files
-
-
-def decide(params: Mapping[str, Any], run_module: Runner) -> dict[str, Any]:
-    """The decision (see the module docstring) with ``run_module`` running a module in check
-    mode. Returns ``{"current": bool, "reasons": [...], "metadata": {...}}`` (``metadata`` only
-    when current). Raises StateInputError on bad input."""
-    unknown = set(params) - _ARGS
-    if unknown:
-        raise StateInputError(f"unknown options: {', '.join(sorted(unknown))}")
-    models = params.get("models") or []
-    base = params.get("dir")
-    if not isinstance(models, list) or not all(isinstance(m, Mapping) for m in models):
-        raise StateInputError("models must be a list of mappings (gguf_models_list)")
-    if not isinstance(base, str) or not base.startswith("/"):
-        raise StateInputError(f"dir must be an absolute path, got {base!r}")
-    base = posixpath.normpath(base)
-    owner = params.get("takeover_owner") or ""
-    common = {"base": base, "takeover_owner": owner}
-
-    def would_change(what: str, module: str, args: dict[str, Any]) -> Mapping[str, Any]:
-        """The module's check-mode result; _NotCurrentError (with the reason) when it would change
-        something or fails: the placing tasks run then, and asking further is wasted."""
-        result = run_module(module, args)
-        if result.get("failed"):
-            raise _NotCurrentError(f"{what}: {result.get('msg', 'failed')}")
-        if result.get("changed"):
-            raise _NotCurrentError(f"{what}: would change")
-        return result
-
-    if params.get("inspect_command"):
-        return {
-            "current": False,
-            "reasons": ["gguf_models_inspect_command is set: the metadata comes from it"],
-        }
-    planned = [(model, *_model(model, base)) for model in models]  # bad input fails first
-    metadata: dict[str, Any] = {}
-    try:
-        would_change(base, "gguf_fetch", {"state": "directory", "dest": base, **common})
-        for model, name, mdir, files in planned:
-            would_change(mdir, "gguf_fetch", {"state": "directory", "dest": mdir, **common})
-            for f in files:
-                dest = f"{mdir}/{f['dest_name']}"
-                args: dict[str, Any] = {
-                    "dest": dest,
-                    "sha256": str(f.get("sha256", "")),
-                    "verify_existing": bool(params.get("verify_existing")),
-                    "min_free_mb": int(params.get("min_free_mb") or 0),
-                    "allow_insecure_transport": bool(params.get("allow_insecure_transport")),
-                    **common,
-                }
-                if "url" in f:
-                    args["url"] = f["url"]
-                    if model.get("headers"):
-                        args["headers"] = dict(model["headers"])
-                if not would_change(dest, "gguf_fetch", args).get("valid"):
-                    raise _NotCurrentError(f"{dest}: not in place")
-            paths = [f"{mdir}/{f['dest_name']}" for f in files if f["kind"] == "model"]
-            mmproj = [f"{mdir}/{f['dest_name']}" for f in files if f["kind"] == "mmproj"]
-            described_args: dict[str, Any] = {
-                "path": paths[0],
-                "parts": paths,
-                "save": f"{mdir}/metadata.json",
-                "model": name,
-                "sha256": [str(f.get("sha256", "")).lower() for f in files if f["kind"] == "model"],
-                **common,
-            }
-            if mmproj:
-                described_args["mmproj"] = mmproj[0]
-            save = described_args["save"]
-            metadata[name] = would_change(save, "gguf_metadata", described_args).get("metadata")
-    except _NotCurrentError as e:
-        return {"current": False, "reasons": [str(e)]}
-    return {"current": True, "reasons": [], "metadata": metadata}
-
-
-def _model(model: Mapping[str, Any], base: str) -> tuple[str, str, list[dict[str, Any]]]:
-    name = model.get("name")
-    if not isinstance(name, str) or not name:
-        raise StateInputError("every entry of models needs a name")
-    return name, f"{base}/{name}", model_files(model)
-
-
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _supports_check_mode = True
@@ -236,31 +125,37 @@ class ActionModule(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-
-        def run_module(name: str, args: dict[str, Any]) -> Mapping[str, Any]:
-            # the modules' own check mode: they report what they would do and change nothing
-            saved = self._task.check_mode
-            self._task.check_mode = True
-            try:
-                found: Mapping[str, Any] = self._execute_module(
-                    module_name=f"llamafleet.fleet.{name}",
-                    module_args=args,
-                    task_vars=task_vars,
-                )
-            finally:
-                self._task.check_mode = saved
-            return found
-
         try:
             check_list(self._task.args.get("models"))
             check_removed(task_vars)
         except ListError as e:
             raise AnsibleActionFail(str(e)) from None
+        unknown = set(self._task.args) - _ARGS
+        if unknown:
+            raise AnsibleActionFail(
+                f"gguf_models_state: unknown options: {', '.join(sorted(unknown))}"
+            )
+        # one run of the module on the host, which asks the placing code in check mode: it
+        # reports what it would do and changes nothing
+        saved = self._task.check_mode
+        self._task.check_mode = True
         try:
-            decision = decide(dict(self._task.args), run_module)
-        except StateInputError as e:
-            raise AnsibleActionFail(f"gguf_models_state: {e}") from None
+            found: dict[str, Any] = self._execute_module(
+                module_name="llamafleet.fleet.gguf_models_state",
+                module_args=dict(self._task.args),
+                task_vars=task_vars,
+            )
+        finally:
+            self._task.check_mode = saved
+        if found.get("failed"):
+            raise AnsibleActionFail(str(found.get("msg", "gguf_models_state failed")))
         # the role sets gguf_models_metadata from `metadata` with set_fact: facts returned here
         # would be host facts, read at the top level only through INJECT_FACTS_AS_VARS
-        result.update(decision, changed=False)
+        result.update(
+            current=bool(found.get("current")),
+            reasons=list(found.get("reasons") or []),
+            changed=False,
+        )
+        if "metadata" in found:
+            result["metadata"] = found["metadata"]
         return result

@@ -1,6 +1,7 @@
 #!/usr/bin/python
-"""Documentation of the gguf_models_state action plugin (plugins/action/gguf_models_state.py),
-which runs the role's own modules in check mode: this file has no code of its own."""
+"""Ansible module: the gguf_models role's one decision on the host (module_utils/gguf_state.py),
+run by the gguf_models_state action plugin (plugins/action/gguf_models_state.py), which first
+checks the model list on the controller."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ module: gguf_models_state
 short_description: Decide in one task whether every GGUF model is in place, verified and described
 description:
   - >-
-    Asks M(llamafleet.fleet.gguf_fetch) and M(llamafleet.fleet.gguf_metadata), in check mode on the
-    host, what the gguf_models role's placing tasks would do: the models directory, each model's
-    directory and each of its files (the sha256 file names the expected checksum, root owns the
-    file, one link; with O(verify_existing) it is hashed again), and each model's saved
-    C(metadata.json).
+    Asks the code of M(llamafleet.fleet.gguf_fetch) and M(llamafleet.fleet.gguf_metadata), in
+    check mode, in one run on the host, what the gguf_models role's placing tasks would do: the
+    models directory, each model's directory and each of its files (the sha256 file names the
+    expected checksum, root owns the file, one link; with O(verify_existing) it is hashed
+    again), and each model's saved C(metadata.json).
   - >-
     When nothing would change, returns C(current=true) and, as C(metadata), what the placing
     tasks would have set as the fact C(gguf_models_metadata) (the role sets it from this).
@@ -86,3 +87,35 @@ metadata:
   returned: when current
   type: dict
 """
+
+# ruff: noqa: E402 - Ansible modules import after their DOCUMENTATION
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.llamafleet.fleet.plugins.module_utils.gguf_state import (
+    StateInputError,
+    ask_here,
+    decide,
+)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "models": {"type": "list", "elements": "dict", "required": True},
+            "dir": {"type": "path", "required": True},
+            "takeover_owner": {"type": "str", "default": ""},
+            "verify_existing": {"type": "bool", "default": False},
+            "inspect_command": {"type": "str", "default": ""},
+            "min_free_mb": {"type": "int", "default": 1024},
+            "allow_insecure_transport": {"type": "bool", "default": False},
+        },
+        supports_check_mode=True,
+    )
+    try:
+        decision = decide(dict(module.params), ask_here)
+    except StateInputError as e:
+        module.fail_json(msg=f"gguf_models_state: {e}")
+    module.exit_json(changed=False, **decision)
+
+
+if __name__ == "__main__":
+    main()

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ModelServer, load_ansible_plugin, plugin_path
+from conftest import ModelServer, module_utils
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "gguf_models"
 TOKEN = "Bearer hf_secret_token_value"
@@ -34,7 +34,8 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the modul
 
 @pytest.fixture(scope="module")
 def fetch_mod() -> ModuleType:
-    return load_ansible_plugin(plugin_path("modules", "gguf_fetch"))
+    """The module gguf_fetch's work (module_utils/gguf_place.py)."""
+    return module_utils("gguf_place")
 
 
 @pytest.fixture

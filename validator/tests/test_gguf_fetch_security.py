@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ModelServer, gguf_bytes, load_ansible_plugin, module_utils, plugin_path
+from conftest import ModelServer, gguf_bytes, module_utils
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "gguf_models"
 UID = 64123  # the old owner (the service account of earlier versions)
@@ -35,18 +35,16 @@ pytestmark = [
 ]
 
 
-def _load(name: str) -> ModuleType:
-    return load_ansible_plugin(plugin_path("modules", name))
-
-
 @pytest.fixture(scope="module")
 def fetch_mod() -> ModuleType:
-    return _load("gguf_fetch")
+    """The module gguf_fetch's work (module_utils/gguf_place.py)."""
+    return module_utils("gguf_place")
 
 
 @pytest.fixture(scope="module")
 def meta_mod() -> ModuleType:
-    return _load("gguf_metadata")
+    """The module gguf_metadata's work (module_utils/gguf_describe.py)."""
+    return module_utils("gguf_describe")
 
 
 @pytest.fixture(scope="module")
@@ -484,16 +482,16 @@ def test_saved_metadata_with_a_newline_in_sha256_is_refused(
     assert utils.read_saved_metadata(str(saved))["sha256"] == [MODEL_SHA]
     bad = {**doc, "sha256": [INJECTED]}
     saved.write_text(json.dumps(bad))
-    with pytest.raises(meta_mod.InvalidMetadataError) as err:
+    with pytest.raises(module_utils("safefs").InvalidMetadataError) as err:
         utils.read_saved_metadata(str(saved))
     assert str(saved) in str(err.value) and "field sha256" in str(err.value)
     # the role's own write refuses to build on it (the file was not written by the role)
-    with pytest.raises(meta_mod.InvalidMetadataError, match=f"{saved}: field sha256"):
+    with pytest.raises(module_utils("safefs").InvalidMetadataError, match=f"{saved}: field sha256"):
         describe(meta_mod, base)
     assert json.loads(saved.read_text()) == bad
     # and never accepts such a value from its input
     saved.unlink()
-    with pytest.raises(meta_mod.InvalidMetadataError, match="field sha256"):
+    with pytest.raises(module_utils("safefs").InvalidMetadataError, match="field sha256"):
         describe(meta_mod, base, sha256=[INJECTED])
     assert not saved.exists()
 
@@ -512,7 +510,9 @@ def test_saved_metadata_with_a_newline_in_sha256_is_refused(
 )
 def test_metadata_fields_are_validated(meta_mod: ModuleType, field: str, value: Any) -> None:
     doc = {**saved_doc("/srv/models/m/tiny.gguf"), field: value}
-    with pytest.raises(meta_mod.InvalidMetadataError, match=f"/x/metadata.json: field {field}"):
+    with pytest.raises(
+        module_utils("safefs").InvalidMetadataError, match=f"/x/metadata.json: field {field}"
+    ):
         meta_mod.validate_metadata(doc, "/x/metadata.json")
 
 

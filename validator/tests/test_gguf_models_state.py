@@ -22,7 +22,15 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO, ModelServer, gguf_bytes, load_ansible_plugin, plugin_path, run_playbook
+from conftest import (
+    REPO,
+    ModelServer,
+    gguf_bytes,
+    load_ansible_plugin,
+    module_utils,
+    plugin_path,
+    run_playbook,
+)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the modules chown to root")
 
@@ -35,7 +43,14 @@ OTHER_SHA = hashlib.sha256(OTHER).hexdigest()
 
 @pytest.fixture(scope="module")
 def state_mod() -> ModuleType:
+    """The action plugin: the list's checks, on the controller."""
     return load_ansible_plugin(plugin_path("action", "gguf_models_state"))
+
+
+@pytest.fixture(scope="module")
+def decide_mod() -> ModuleType:
+    """The decision the module makes on the host (module_utils/gguf_state.py)."""
+    return module_utils("gguf_state")
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +100,9 @@ MODELS = [
 ]
 
 
-def test_a_converged_host_is_current_with_the_facts_the_tasks_would_set(state_mod: Any) -> None:
+def test_a_converged_host_is_current_with_the_facts_the_tasks_would_set(decide_mod: Any) -> None:
     answers = Answers()
-    got = state_mod.decide({"models": MODELS, "dir": "/srv/models/"}, answers)
+    got = decide_mod.decide({"models": MODELS, "dir": "/srv/models/"}, answers)
     assert got["current"] is True and got["reasons"] == []
     assert got["metadata"] == {
         "tiny": {"model": "tiny", "path": "/srv/models/tiny/tiny-Q8_0.gguf"},
@@ -139,25 +154,25 @@ def test_a_converged_host_is_current_with_the_facts_the_tasks_would_set(state_mo
     ],
 )
 def test_anything_the_tasks_would_do_runs_them(
-    state_mod: Any, path: str, answer: Mapping[str, Any], why: str
+    decide_mod: Any, path: str, answer: Mapping[str, Any], why: str
 ) -> None:
-    got = state_mod.decide({"models": MODELS, "dir": "/srv/models"}, Answers(**{path: answer}))
+    got = decide_mod.decide({"models": MODELS, "dir": "/srv/models"}, Answers(**{path: answer}))
     assert got["current"] is False, why
     assert "metadata" not in got
     assert any(r.startswith(path + ":") for r in got["reasons"]), got["reasons"]
 
 
-def test_an_inspect_command_leaves_the_decision_to_the_tasks(state_mod: Any) -> None:
+def test_an_inspect_command_leaves_the_decision_to_the_tasks(decide_mod: Any) -> None:
     answers = Answers()
-    got = state_mod.decide(
+    got = decide_mod.decide(
         {"models": MODELS, "dir": "/srv/models", "inspect_command": "gguf-dump {path}"}, answers
     )
     assert got["current"] is False and "gguf_models_inspect_command" in got["reasons"][0]
     assert answers.asked == []
 
 
-def test_no_model_is_current_once_the_directory_is(state_mod: Any) -> None:
-    assert state_mod.decide({"models": [], "dir": "/srv/models"}, Answers())["metadata"] == {}
+def test_no_model_is_current_once_the_directory_is(decide_mod: Any) -> None:
+    assert decide_mod.decide({"models": [], "dir": "/srv/models"}, Answers())["metadata"] == {}
 
 
 @pytest.mark.parametrize(
@@ -170,9 +185,9 @@ def test_no_model_is_current_once_the_directory_is(state_mod: Any) -> None:
         ({"models": [], "dir": "/srv/models", "model": "x"}, "unknown options: model"),
     ],
 )
-def test_bad_input_is_refused(state_mod: Any, params: dict[str, Any], message: str) -> None:
-    with pytest.raises(state_mod.StateInputError, match=message):
-        state_mod.decide(params, Answers())
+def test_bad_input_is_refused(decide_mod: Any, params: dict[str, Any], message: str) -> None:
+    with pytest.raises(decide_mod.StateInputError, match=message):
+        decide_mod.decide(params, Answers())
 
 
 GOOD = {"name": "tiny", "url": "https://e/tiny.gguf", "sha256": "A" * 64}
@@ -287,6 +302,12 @@ def test_the_role_decides_once_on_a_converged_host(
     assert len(own) == 4, own
     check, _ = _run(tmp_path, _play(models, model), "--check")
     assert check["current"] is True and check["changed"] == 0
+    # one module run on the host decides (it ran gguf_fetch three times and gguf_metadata once,
+    # each over the connection, before): what Ansible puts on the host, -vvv without pipelining
+    _, out = _run(tmp_path, _play(models, model), "-vvv")
+    # (besides the facts of the role's dependency, llamafleet_common)
+    sent = set(re.findall(r"AnsiballZ_(\w+)\.py", out)) - {"setup", "llamafleet_gpu_facts"}
+    assert sent == {"gguf_models_state"}, sorted(sent)
 
 
 def test_a_changed_checksum_or_document_is_placed_again(

@@ -27,7 +27,8 @@ GGUF_MODULE = "plugins.modules.gguf_metadata"
 
 
 def _module() -> ModuleType:
-    return load_ansible_plugin(MODULE)
+    """The module gguf_metadata's work (module_utils/gguf_describe.py)."""
+    return load_ansible_plugin(plugin_path("module_utils", "gguf_describe"))
 
 
 def _gguf_package(path: Path) -> dict[str, Any]:
@@ -291,7 +292,7 @@ def _measure(reader: str, path: Path) -> dict[str, Any]:
             _MEASURE,
             reader,
             str(path),
-            COLLECTION + ".plugins.modules.gguf_metadata",
+            COLLECTION + ".plugins.module_utils.gguf_describe",
             str(utils),
         ],
         capture_output=True,
