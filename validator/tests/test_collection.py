@@ -7,6 +7,7 @@ installed tarball is the default scenario's workstation run, molecule/default/wo
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -16,7 +17,6 @@ import sys
 import tarfile
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -260,17 +260,29 @@ def test_the_hosts_gguf_reader_is_the_validators(tmp_path: Path) -> None:
 
 def test_each_action_plugin_has_a_documentation_module_with_its_options() -> None:
     """ansible-doc and the sanity test action-plugin-docs read an action plugin's documentation
-    from the module of the same name: its options are exactly what the plugin accepts."""
+    from the module of the same name: its options are exactly what the plugin accepts. The module
+    holds documentation only, unless the plugin runs it on the host (as ansible.builtin.template
+    runs its module): then that module takes exactly those options too."""
     for plugin in sorted((PLUGINS / "action").glob("*.py")):
         doc_module = PLUGINS / "modules" / plugin.name
         assert doc_module.is_file(), f"{plugin.name}: no plugins/modules/{plugin.name}"
         source = doc_module.read_text(encoding="utf-8")
-        assert "def main" not in source and "AnsibleModule" not in source, doc_module
-        namespace: dict[str, Any] = {}
-        exec(source, namespace)  # the file holds documentation strings only (checked above)
-        options = set(yaml.safe_load(namespace["DOCUMENTATION"])["options"])
+        documentation = next(
+            node.value.value
+            for node in ast.parse(source).body
+            if isinstance(node, ast.Assign)
+            and [getattr(t, "id", "") for t in node.targets] == ["DOCUMENTATION"]
+            and isinstance(node.value, ast.Constant)
+        )
+        options = set(yaml.safe_load(documentation)["options"])
         accepted = set(load_ansible_plugin(plugin)._ARGS)
         assert options == accepted, (plugin.name, options ^ accepted)
+        if "def main" in source or "AnsibleModule" in source:
+            runs = f'module_name="llamafleet.fleet.{plugin.stem}"'
+            assert runs in plugin.read_text(encoding="utf-8"), (plugin.name, "not run by it")
+            spec = re.search(r"argument_spec=\{(.*?)\n        \},", source, re.S)
+            assert spec, doc_module
+            assert set(re.findall(r'^\s+"(\w+)": \{', spec.group(1), re.M)) == accepted, doc_module
 
 
 def test_the_scenarios_use_the_bootstrapped_collection_without_molecules_prerun() -> None:
