@@ -274,6 +274,7 @@ def test_each_action_plugin_has_a_documentation_module_with_its_options() -> Non
             and [getattr(t, "id", "") for t in node.targets] == ["DOCUMENTATION"]
             and isinstance(node.value, ast.Constant)
         )
+        assert isinstance(documentation, str), doc_module
         options = set(yaml.safe_load(documentation)["options"])
         accepted = set(load_ansible_plugin(plugin)._ARGS)
         assert options == accepted, (plugin.name, options ^ accepted)
