@@ -45,18 +45,14 @@ from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-
-_ARGS = frozenset(
-    {
-        "models",
-        "dir",
-        "takeover_owner",
-        "verify_existing",
-        "inspect_command",
-        "min_free_mb",
-        "allow_insecure_transport",
-    }
+from ansible_collections.llamafleet.fleet.plugins.module_utils.gguf_state import ARGS
+from ansible_collections.llamafleet.fleet.plugins.plugin_utils.action import (
+    run_module,
+    task_args,
 )
+
+#: the task's options: the module's, which makes the decision on the host
+_ARGS = ARGS
 
 
 class ListError(Exception):
@@ -130,23 +126,12 @@ class ActionModule(ActionBase):
             check_removed(task_vars)
         except ListError as e:
             raise AnsibleActionFail(str(e)) from None
-        unknown = set(self._task.args) - _ARGS
-        if unknown:
-            raise AnsibleActionFail(
-                f"gguf_models_state: unknown options: {', '.join(sorted(unknown))}"
-            )
+        args = task_args("gguf_models_state", self._task.args, _ARGS)
         # one run of the module on the host, which asks the placing code in check mode: it
         # reports what it would do and changes nothing
-        saved = self._task.check_mode
-        self._task.check_mode = True
-        try:
-            found: dict[str, Any] = self._execute_module(
-                module_name="llamafleet.fleet.gguf_models_state",
-                module_args=dict(self._task.args),
-                task_vars=task_vars,
-            )
-        finally:
-            self._task.check_mode = saved
+        found = run_module(
+            self, "llamafleet.fleet.gguf_models_state", args, task_vars, check_mode=True
+        )
         if found.get("failed"):
             raise AnsibleActionFail(str(found.get("msg", "gguf_models_state failed")))
         # the role sets gguf_models_metadata from `metadata` with set_fact: facts returned here

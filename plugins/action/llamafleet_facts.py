@@ -22,7 +22,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible.plugins.action import ActionBase
-from ansible_collections.llamafleet.fleet.plugins.plugin_utils.action import task_args
+from ansible_collections.llamafleet.fleet.plugins.plugin_utils.action import (
+    run_module,
+    task_args,
+)
 
 _ARGS = frozenset({"gather_subset", "nvidia_smi"})
 
@@ -60,16 +63,13 @@ class ActionModule(ActionBase):
                 )
             else:
                 # read-only: also in check mode, as the task it replaces (check_mode: false)
-                saved = self._task.check_mode
-                self._task.check_mode = False
-                try:
-                    found = self._execute_module(
-                        module_name="llamafleet.fleet.llamafleet_gpu_facts",
-                        module_args={"nvidia_smi": args.get("nvidia_smi") or "nvidia-smi"},
-                        task_vars=task_vars,
-                    )
-                finally:
-                    self._task.check_mode = saved
+                found = run_module(
+                    self,
+                    "llamafleet.fleet.llamafleet_gpu_facts",
+                    {"nvidia_smi": args.get("nvidia_smi") or "nvidia-smi"},
+                    task_vars,
+                    check_mode=False,
+                )
             warnings += found.get("warnings") or []
             deprecations += found.get("deprecations") or []
             if found.get("failed"):

@@ -26,7 +26,8 @@ from ansible_collections.llamafleet.fleet.plugins.module_utils.safefs import (
     UnsafePathError,
 )
 
-_ARGS = frozenset(
+#: the decision's options (the module's, and the gguf_models_state action plugin's)
+ARGS = frozenset(
     {
         "models",
         "dir",
@@ -74,7 +75,7 @@ def decide(params: Mapping[str, Any], run_module: Runner) -> dict[str, Any]:
     """The decision (see the module docstring) with ``run_module`` running a module in check
     mode. Returns ``{"current": bool, "reasons": [...], "metadata": {...}}`` (``metadata`` only
     when current). Raises StateInputError on bad input."""
-    unknown = set(params) - _ARGS
+    unknown = set(params) - ARGS
     if unknown:
         raise StateInputError(f"unknown options: {', '.join(sorted(unknown))}")
     models = params.get("models") or []

@@ -273,6 +273,18 @@ def playbook_results(out: str) -> dict[str, Any]:
     return found
 
 
+#: A ChatML chat template with the guard of the official Qwen3.5/3.6 templates: it raises on
+#: Claude Code's late system message (so the role's fix applies to it), written here
+RAISING_CHATML = (
+    "{%- for message in messages %}"
+    "{%- if message.role == 'system' and not loop.first %}"
+    "{{- raise_exception('System message must be at the beginning.') }}"
+    "{%- endif %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+)
+
+
 def gguf_bytes(name: str = "tiny", pad: int = 256 * 1024) -> bytes:
     """A GGUF v3 file with a few key/values, no tensors, and `pad` bytes after the header."""
 

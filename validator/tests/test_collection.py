@@ -279,7 +279,7 @@ def test_each_action_plugin_has_a_documentation_module_with_its_options() -> Non
         accepted = set(load_ansible_plugin(plugin)._ARGS)
         assert options == accepted, (plugin.name, options ^ accepted)
         if "def main" in source or "AnsibleModule" in source:
-            runs = f'module_name="llamafleet.fleet.{plugin.stem}"'
+            runs = f'"llamafleet.fleet.{plugin.stem}"'
             assert runs in plugin.read_text(encoding="utf-8"), (plugin.name, "not run by it")
             spec = re.search(r"argument_spec=\{(.*?)\n        \},", source, re.S)
             assert spec, doc_module

@@ -15,19 +15,12 @@ from typing import Any
 
 import pytest
 
+from conftest import RAISING_CHATML as RAISING
 from llamafleet import chat_template as ct
 from llamafleet import diskcache
 
 pytest.importorskip("jinja2")
 
-RAISING = (
-    "{%- for message in messages %}"
-    "{%- if message.role == 'system' and not loop.first %}"
-    "{{- raise_exception('System message must be at the beginning.') }}"
-    "{%- endif %}"
-    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
-    "{%- endfor %}"
-)
 IN_PLACE = (
     "{%- for message in messages %}"
     "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"

@@ -17,20 +17,13 @@ from typing import Any
 import pytest
 import yaml
 
+from conftest import RAISING_CHATML as RAISING
 from conftest import REPO, playbook_results, run_playbook
 
 pytest.importorskip("ansible")
 
 ROLE = REPO / "roles" / "llama_server"
 HELP = REPO / "validator" / "tests" / "fixtures" / "help"
-RAISING = (
-    "{%- for message in messages %}"
-    "{%- if message.role == 'system' and not loop.first %}"
-    "{{- raise_exception('System message must be at the beginning.') }}"
-    "{%- endif %}"
-    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
-    "{%- endfor %}"
-)
 
 #: the role's former task (tasks/preflight.yml before the action plugin), registered as _former
 FORMER = """
