@@ -878,6 +878,25 @@ def table(measurements: Sequence[dict[str, Any]]) -> str:
     return head + "\n".join(rows) + "\n"
 
 
+def series(
+    measurements: Sequence[dict[str, Any]], variant: str, kind: str, per_host_cpu: bool = False
+) -> list[tuple[int, float]]:
+    """(N, wall seconds) of this variant's passed runs of this kind, by N; with per_host_cpu,
+    (N, controller CPU seconds / N) instead, leaving out runs that have no CPU figure."""
+    points: list[tuple[int, float]] = []
+    for m in measurements:
+        if m["variant"] != variant:
+            continue
+        for r in m["runs"]:
+            if r["kind"] != kind or r["rc"] != 0:
+                continue
+            if not per_host_cpu:
+                points.append((m["n"], r["seconds"]))
+            elif r.get("controller_cpu_s", -1.0) >= 0:
+                points.append((m["n"], r["controller_cpu_s"] / m["n"]))
+    return sorted(points)
+
+
 def plot(measurements: Sequence[dict[str, Any]], path: Path) -> str:
     """Time against N, one line per run kind and variant; a sentence when matplotlib is missing."""
     try:
@@ -889,32 +908,34 @@ def plot(measurements: Sequence[dict[str, Any]], path: Path) -> str:
         return (
             "no plot: matplotlib is not installed (pip install matplotlib); the table is complete"
         )
-    # left: wall time against N; right: the same per host (falling when hosts run in parallel)
-    fig, (ax, per) = plt.subplots(1, 2, figsize=(12, 5))
+    # left: wall time against N; middle: the same per host (falling when hosts run in parallel);
+    # right: the controller's CPU seconds per host (falling when a run's fixed cost dominates)
+    fig, (ax, per, cpu) = plt.subplots(1, 3, figsize=(17, 5))
     styles = {"first": "-", "rerun": "--", "good": ":"}
     variants = sorted({m["variant"] for m in measurements})
     for vi, variant in enumerate(variants):
         for kind in RUN_KINDS:
-            points = sorted(
-                (m["n"], r["seconds"])
-                for m in measurements
-                if m["variant"] == variant
-                for r in m["runs"]
-                if r["kind"] == kind and r["rc"] == 0
-            )
+            style = {"marker": "o", "color": f"C{vi}", "linestyle": styles[kind]}
+            label = f"{variant}: {RUN_TITLES[kind]}"
+            points = series(measurements, variant, kind)
             if points:
                 xs, ys = zip(*points, strict=True)
-                style = {"marker": "o", "color": f"C{vi}", "linestyle": styles[kind]}
-                label = f"{variant}: {RUN_TITLES[kind]}"
                 ax.plot(xs, [y / 60 for y in ys], label=label, **style)
                 per.plot(xs, [y / x for x, y in points], label=label, **style)
+            cpu_points = series(measurements, variant, kind, per_host_cpu=True)
+            if cpu_points:
+                xs, ys = zip(*cpu_points, strict=True)
+                cpu.plot(xs, ys, label=label, **style)
     ax.set_xlabel("hosts (N)")
     ax.set_ylabel("wall time (min)")
     ax.set_title("playbooks/rollout.yml on N test hosts")
     per.set_xlabel("hosts (N)")
     per.set_ylabel("wall time per host (s)")
     per.set_title("per host")
-    for a in (ax, per):
+    cpu.set_xlabel("hosts (N)")
+    cpu.set_ylabel("controller CPU seconds per host")
+    cpu.set_title("controller CPU per host")
+    for a in (ax, per, cpu):
         a.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -372,3 +372,20 @@ def test_plot_draws_time_and_time_per_host(tmp_path: Path) -> None:
     msg = sim.plot(ms, tmp_path / "p.png")
     assert msg == f"plot: {tmp_path / 'p.png'}"
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_series_of_wall_time_and_controller_cpu_per_host() -> None:
+    ms = [
+        _measurement(10, "baseline", {"first": 150.0, "rerun": 80.0}, cpu=40.0),
+        _measurement(5, "baseline", {"first": 90.0, "rerun": 55.0}, cpu=30.0),
+        _measurement(5, "before", {"first": 95.0, "rerun": 60.0}),
+        _measurement(20, "baseline", {"first": 300.0, "good": 10.0}, rc=2, cpu=40.0),
+    ]
+    assert sim.series(ms, "baseline", "rerun") == [(5, 55.0), (10, 80.0)]
+    # controller CPU per host: the first run's 30 CPU s over 5 hosts, the re-run's quarter of 40
+    assert sim.series(ms, "baseline", "first", per_host_cpu=True) == [(5, 6.0), (10, 4.0), (20, 2.0)]
+    assert sim.series(ms, "baseline", "rerun", per_host_cpu=True) == [(5, 1.5), (10, 1.0)]
+    # a failed run is not drawn; a run without a CPU figure has no CPU point
+    assert sim.series(ms, "baseline", "good") == []
+    assert sim.series(ms, "before", "first") == [(5, 95.0)]
+    assert sim.series(ms, "before", "first", per_host_cpu=True) == []
