@@ -383,7 +383,11 @@ def test_series_of_wall_time_and_controller_cpu_per_host() -> None:
     ]
     assert sim.series(ms, "baseline", "rerun") == [(5, 55.0), (10, 80.0)]
     # controller CPU per host: the first run's 30 CPU s over 5 hosts, the re-run's quarter of 40
-    assert sim.series(ms, "baseline", "first", per_host_cpu=True) == [(5, 6.0), (10, 4.0), (20, 2.0)]
+    assert sim.series(ms, "baseline", "first", per_host_cpu=True) == [
+        (5, 6.0),
+        (10, 4.0),
+        (20, 2.0),
+    ]
     assert sim.series(ms, "baseline", "rerun", per_host_cpu=True) == [(5, 1.5), (10, 1.0)]
     # a failed run is not drawn; a run without a CPU figure has no CPU point
     assert sim.series(ms, "baseline", "good") == []
