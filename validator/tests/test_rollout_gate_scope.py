@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -83,3 +84,46 @@ def test_the_gate_runs_on_changed_hosts_unless_told_otherwise(tmp_path: Path) ->
     assert set(playbook_results(checked.stdout).values()) == {0}
     # ('always' is never handed to the bool filter, which would warn of a non-boolean)
     assert "DEPRECATION" not in done.stdout + done.stderr, textwrap.shorten(done.stderr, 500)
+
+
+def _task_with(path: Path, name_start: str) -> dict[str, Any]:
+    """The task of this tasks file or playbook whose name starts with name_start."""
+    data = yaml.safe_load(path.read_text())
+    stack = list(data)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if str(item.get("name", "")).startswith(name_start):
+                return item
+            for key in ("tasks", "block", "rescue", "always"):
+                stack.extend(item.get(key) or [])
+    raise AssertionError(f"{path}: no task named {name_start!r}...")
+
+
+def test_the_gate_and_smoke_timeouts_are_the_variables(tmp_path: Path) -> None:
+    """The two requests' timeouts, as the playbook and the role write them, templated by the real
+    ansible-playbook: 300 s by default, else the variable's value (a host that processes prompts
+    on its CPU needs more)."""
+    gate = _task_with(ROLLOUT, "Prompt-cache gate")["llamafleet.fleet.llamafleet_cache_gate"]
+    verify = REPO / "roles" / "llama_server" / "tasks" / "verify.yml"
+    smoke = _task_with(verify, "Send one Claude-Code-shaped")["ansible.builtin.uri"]
+    defaults = yaml.safe_load((REPO / "roles/llama_server/defaults/main.yml").read_text())
+    cases = {
+        "gate_default": (gate["timeout"], {}),
+        "gate_set": (gate["timeout"], {"rollout_cache_gate_timeout": "900"}),
+        "smoke_default": (smoke["timeout"], defaults),
+        "smoke_set": (smoke["timeout"], {**defaults, "llama_server_smoke_timeout": 1200}),
+    }
+    tasks = [
+        {"ansible.builtin.debug": {"msg": f"RESULT {label} {expr}"}, "vars": given}
+        for label, (expr, given) in cases.items()
+    ]
+    play = [{"hosts": "localhost", "connection": "local", "gather_facts": False, "tasks": tasks}]
+    done = run_playbook(tmp_path, yaml.safe_dump(play, sort_keys=False))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert playbook_results(done.stdout) == {
+        "gate_default": 300,
+        "gate_set": 900,
+        "smoke_default": 300,
+        "smoke_set": 1200,
+    }
