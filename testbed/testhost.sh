@@ -288,17 +288,23 @@ cmd_down() {
   local name=${1:?name} h=$STATE/hosts/${1:-} p i
   if [ -e "$h/nspawn.pid" ]; then
     p=$(cat "$h/nspawn.pid")
+    # A test host is thrown away with everything on it: no orderly poweroff (systemd-nspawn turns
+    # SIGTERM into one, about 10 s a host of stopping services whose state is deleted next), the
+    # container and then everything in its cgroup tree are killed at once.
     if kill -0 "$p" 2>/dev/null; then
-      kill -TERM "$p"    # systemd-nspawn turns SIGTERM into an orderly poweroff
-      for i in $(seq 1 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
-      kill -0 "$p" 2>/dev/null && kill -KILL "$p"
+      kill -KILL "$p"
+      for i in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
     fi
   fi
   for d in $(cgroup_dirs "$name"); do
     if [ -d "$d" ]; then
       # anything left in the host's cgroup tree (e.g. after a SIGKILL) is killed by its cgroup, not by name
-      find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
-      sleep 0.2
+      # (and waited for, up to 5 s: the host's network goes with its last process)
+      for i in $(seq 1 25); do
+        [ -z "$(find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null)" ] && break
+        find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
+        sleep 0.2
+      done
       find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true
     fi
   done

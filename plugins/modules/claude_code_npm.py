@@ -11,8 +11,8 @@ module: claude_code_npm
 short_description: Install the Claude Code CLI from integrity-pinned npm tarballs
 description:
   - Installs the Claude Code npm wrapper package and the native binary of one platform package
-    (both fetched beforehand with C(npm pack)) into a dedicated, root-owned prefix, and links the
-    command into C(/usr/local/bin).
+    (both fetched beforehand from the registry, named as C(npm pack) names them) into a dedicated,
+    root-owned prefix, and links the command into C(/usr/local/bin).
   - Each tarball's SHA-512 (in the Subresource Integrity form C(sha512-BASE64) that npm prints) must
     equal its pin; the module fails naming the package, the expected and the actual value otherwise
     and changes nothing. The tarballs' C(package.json) must name the expected package and version.
@@ -53,7 +53,7 @@ options:
     type: str
     required: true
   wrapper_tarball:
-    description: The wrapper's tarball from C(npm pack); needed only when something is installed.
+    description: The wrapper's tarball (fetched from the registry); needed only to install.
     type: path
   platform_tarball:
     description: The platform package's tarball; needed only when something is installed.
