@@ -229,6 +229,8 @@ cmd_up() {
   # a host that fails to come up is torn down again, whatever failed
   _up_ok=0; _up_name=$name
   trap '[ "$_up_ok" = 1 ] || { log "$_up_name failed to come up; tearing it down"; cmd_down "$_up_name" || true; }' EXIT
+  # what is left of a host that died without being removed (its root may still be mounted)
+  if [ -d "$h" ]; then cmd_down "$name" >/dev/null 2>&1 || true; fi
   rm -rf "$h"; mkdir -p "$h"/{upper,work,root}
   mount -t overlay overlay -o "lowerdir=$rootfs,upperdir=$h/upper,workdir=$h/work" "$h/root"
   echo "$name" > "$h/root/etc/hostname"
