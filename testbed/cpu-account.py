@@ -10,8 +10,9 @@
 Needs root for on/off (CAP_SYS_PACCT); report reads any FILE. A record is written when a process
 ends, so one still running (a llama-server, a test host's systemd) is in FILE only once it has
 ended: switch accounting off after the run. The kernel samples the times at its tick: a sum over
-thousands of processes is sound, one short process's figure is approximate. Each record holds the process's own CPU time, not its
-children's, and the command name as the kernel keeps it (15 characters: `ansible-playboo`).
+thousands of processes is sound, one short process's figure is approximate. Each record holds
+the process's own CPU time, not its children's, and the command name as the kernel keeps it (15
+characters: `ansible-playboo`).
 `make test` on two cores, for example: the test hosts' `python3` is where Ansible runs each module
 on a host, `ansible-playboo` the controller and its per-task worker processes (docs/scale.md).
 """
