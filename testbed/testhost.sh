@@ -220,7 +220,7 @@ cmd_up() {
   local name=${1:?name} ip=${2:?ip} suite=${3:-bookworm}; shift 3 || shift $#
   [[ $name =~ ^[a-zA-Z0-9][a-zA-Z0-9-]{0,62}$ ]] || die "bad host name: $name"
   local h=$STATE/hosts/$name rootfs key
-  if [ -e "$h/nspawn.pid" ] && kill -0 "$(cat "$h/nspawn.pid")" 2>/dev/null; then log "$name already running"; return 0; fi
+  if [ -e "$h/nspawn.pid" ] && alive "$(cat "$h/nspawn.pid")"; then log "$name already running"; return 0; fi
   cmd_deps
   rootfs=$(cmd_rootfs "$suite")
   key=$(cmd_key)
@@ -277,7 +277,7 @@ EOF
       st=$(nsenter -t "$l" -a systemctl is-system-running 2>/dev/null || true)
       case "$st" in running|degraded) break ;; esac
     fi
-    kill -0 "$(cat "$h/nspawn.pid")" 2>/dev/null || { tail -20 "$h/console.log" >&2; die "$name: systemd-nspawn exited"; }
+    alive "$(cat "$h/nspawn.pid")" || { tail -20 "$h/console.log" >&2; die "$name: systemd-nspawn exited"; }
     sleep 0.1
   done
   case "$st" in running|degraded) ;; *) die "$name did not finish booting (state: ${st:-none})" ;; esac
@@ -293,9 +293,10 @@ cmd_down() {
     # A test host is thrown away with everything on it: no orderly poweroff (systemd-nspawn turns
     # SIGTERM into one, about 10 s a host of stopping services whose state is deleted next), the
     # container and then everything in its cgroup tree are killed at once.
-    if kill -0 "$p" 2>/dev/null; then
+    # (alive: a zombie is gone; this machine's PID 1 may reap orphans late)
+    if alive "$p"; then
       kill -KILL "$p"
-      for i in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+      for i in $(seq 1 50); do alive "$p" || break; sleep 0.1; done
     fi
   fi
   for d in $(cgroup_dirs "$name"); do
@@ -381,7 +382,7 @@ cmd_list() {
   for d in "$STATE"/hosts/*/; do
     [ -e "$d/nspawn.pid" ] || continue
     n=$(basename "$d"); p=$(cat "$d/nspawn.pid")
-    if kill -0 "$p" 2>/dev/null; then echo "$n $(cat "$d/ip") running leader=$(leader "$n")"; else echo "$n $(cat "$d/ip") dead"; fi
+    if alive "$p"; then echo "$n $(cat "$d/ip") running leader=$(leader "$n")"; else echo "$n $(cat "$d/ip") dead"; fi
   done
 }
 
