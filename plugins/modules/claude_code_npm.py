@@ -11,7 +11,7 @@ module: claude_code_npm
 short_description: Install the Claude Code CLI from integrity-pinned npm tarballs
 description:
   - Installs the Claude Code npm wrapper package and the native binary of one platform package
-    (both fetched beforehand from the registry, named as C(npm pack) names them) into a dedicated,
+    (both fetched beforehand from the registry) into a dedicated,
     root-owned prefix, and links the command into C(/usr/local/bin).
   - Each tarball's SHA-512 (in the Subresource Integrity form C(sha512-BASE64) that npm prints) must
     equal its pin; the module fails naming the package, the expected and the actual value otherwise
