@@ -78,7 +78,7 @@ def test_frozen_records() -> None:
 
 
 #: modules a `llamafleet check` of a script, a unit and a settings file has no use for
-NOT_IMPORTED = ("dataclasses", "inspect", "hashlib", "llamafleet.readers.haproxy")
+NOT_IMPORTED = ("dataclasses", "inspect", "hashlib", "typing", "llamafleet.readers.haproxy")
 
 
 def test_a_check_process_does_not_import_them(tmp_path) -> None:  # type: ignore[no-untyped-def]

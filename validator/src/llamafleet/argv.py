@@ -29,10 +29,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from llamafleet.flags import FALSEY, TRUTHY, FlagSpec, table
+from llamafleet.lazyre import lazy
 from llamafleet.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class ParseError(ValueError):
@@ -301,14 +305,14 @@ class ServerConfig(Record):
 # ----------------------------------------------------------------------------- argv → options
 
 
-_NUMBER = re.compile(r"-\d+(\.\d+)?([eE][-+]?\d+)?")
-_INTEGER = re.compile(r"\s*[-+]?\d+")
+_NUMBER = lazy(r"-\d+(\.\d+)?([eE][-+]?\d+)?")
+_INTEGER = lazy(r"\s*[-+]?\d+")
 #: what std::stoi reads (llama-server's integer options, common/arg.cpp): blanks, a sign, digits;
 #: the rest of the value is ignored
-_STOI = re.compile(r"\s*([-+]?\d+)")
+_STOI = lazy(r"\s*([-+]?\d+)")
 _INT_MAX = 2**31 - 1
 #: what std::stof reads: blanks, a sign, a decimal number (or inf, nan)
-_STOF = re.compile(r"\s*[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|inf(?:inity)?|nan)", re.I)
+_STOF = lazy(r"\s*[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|inf(?:inity)?|nan)", re.I)
 
 
 def stoi(value: str) -> tuple[int, str] | None:

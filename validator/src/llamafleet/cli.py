@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
-import argparse
-import json
+import gc
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from llamafleet import __version__
 from llamafleet.cli_options import UsageError, add_referenced_options, referenced_policy
 from llamafleet.config_file import CONFIG_NAMES, find_config
 from llamafleet.errors import SEVERITIES, InputError, InternalError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import argparse
+
     from llamafleet.facts import Facts
 
 # Imports of the check machinery (catalogue, YAML, the planner) happen inside the commands that
-# need them, so each command loads only what it uses.
+# need them, so each command loads only what it uses; argparse and json too, so that they load
+# after main() has stopped the collector.
 
 CHECK_EPILOG = """\
 Every llama-server command of a file is checked (wrappers, functions, commands kept in variables
@@ -37,27 +39,31 @@ EXIT_INTERNAL = 3
 CLIENT_ENV_PREFIXES = ("ANTHROPIC_", "CLAUDE_CODE_", "API_TIMEOUT_MS")
 
 
-class _Formatter(argparse.RawDescriptionHelpFormatter):
+def _formatter() -> type[argparse.HelpFormatter]:
     """argparse's formatter, sized from COLUMNS or the terminal without importing shutil (which
     argparse loads for every parser it builds: a few ms of every run)."""
+    import argparse
 
-    def __init__(
-        self,
-        prog: str,
-        indent_increment: int = 2,
-        max_help_position: int = 24,
-        width: int | None = None,
-    ) -> None:
-        if width is None:
-            try:
-                columns = int(os.environ.get("COLUMNS", ""))
-            except ValueError:
+    class Formatter(argparse.RawDescriptionHelpFormatter):
+        def __init__(
+            self,
+            prog: str,
+            indent_increment: int = 2,
+            max_help_position: int = 24,
+            width: int | None = None,
+        ) -> None:
+            if width is None:
                 try:
-                    columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
-                except (AttributeError, ValueError, OSError):
-                    columns = 80
-            width = max(columns, 20) - 2
-        super().__init__(prog, indent_increment, max_help_position, width)
+                    columns = int(os.environ.get("COLUMNS", ""))
+                except ValueError:
+                    try:
+                        columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+                    except (AttributeError, ValueError, OSError):
+                        columns = 80
+                width = max(columns, 20) - 2
+            super().__init__(prog, indent_increment, max_help_position, width)
+
+    return Formatter
 
 
 def _read(path: str) -> str:
@@ -88,6 +94,8 @@ def _add_fact_options(p: argparse.ArgumentParser) -> None:
 
 
 def gather_facts(args: argparse.Namespace) -> Facts:
+    import json
+
     from llamafleet.facts import Facts, FactsError, apply_manifest, load_facts_file
     from llamafleet.gguf_meta import GGUFError, load_model_meta
 
@@ -145,8 +153,13 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     inputs = Inputs(referenced=referenced_policy(args))
     passed_over = 0
+    size = 0
     for path in args.files:
         text = _read(path)
+        size += len(text)
+        if size > COLLECT_ABOVE and not gc.isenabled():
+            gc.freeze()  # what is loaded so far stays: collections pass over it
+            gc.enable()
         if args.skip_unrelated and not is_related(path, text):
             passed_over += 1
             continue
@@ -224,6 +237,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
+    import json
+
     from llamafleet.catalogue import catalogue
 
     cat = catalogue()
@@ -248,6 +263,8 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    import json
+
     from llamafleet.gguf_meta import GGUFError, inspect_gguf
 
     try:
@@ -277,10 +294,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The command line; ``command``: the subcommand about to run (only its module is loaded;
-    None loads all, for ``--help``)."""
+    """The command line; ``command``: the subcommand about to run (check, explain, rules or
+    inspect: only its parser is built; None builds all, for ``--help``, plan and template)."""
+    import argparse
+
+    fmt = _formatter()
     p = argparse.ArgumentParser(
-        formatter_class=_Formatter,
+        formatter_class=fmt,
         prog="llamafleet",
         description="Check llama-server flags, systemd units and Claude Code settings against\n"
         "known pitfalls; plan GPU memory.",
@@ -288,91 +308,85 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"llamafleet {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    c = sub.add_parser(
-        "check",
-        formatter_class=_Formatter,
-        help="check files for pitfalls",
-        description="Check llama-server scripts (.sh, .cmd/.bat, .ps1), systemd units, Docker\n"
-        "Compose files, instance variables (YAML/JSON) and Claude Code settings or the\n"
-        "environment a script exports for it. Raw llama-server flags can follow --.",
-        epilog=CHECK_EPILOG,
-    )
-    c.add_argument("files", nargs="*", help="files to check (kind detected from name/content)")
-    c.add_argument("--user-settings", action="append", metavar="FILE")
-    c.add_argument("--project-settings", action="append", metavar="FILE")
-    c.add_argument("--local-settings", action="append", metavar="FILE")
-    c.add_argument("--managed-settings", action="append", metavar="FILE")
-    c.add_argument(
-        "--process-env",
-        action="store_true",
-        help="include this process's ANTHROPIC_*/CLAUDE_CODE_* variables (lowest "
-        "precedence) in the client settings",
-    )
-    c.add_argument(
-        "--client-env",
-        action="append",
-        metavar="KEY=VALUE",
-        help="a client environment variable (lowest precedence)",
-    )
-    c.add_argument(
-        "--skip-unrelated",
-        action="store_true",
-        help="pass over a file that names neither llama-server nor Claude Code (a shell script "
-        "of something else) instead of reporting it (LF002); a file that names them and cannot "
-        "be read is still reported. For hooks over every file of a kind (.pre-commit-hooks.yaml)",
-    )
-    add_referenced_options(c)
-    _add_fact_options(c)
-    c.add_argument("--format", choices=sorted(("human", "json", "sarif")), default="human")
-    c.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE")
-    c.add_argument(
-        "--fail-on",
-        choices=SEVERITIES,
-        help="exit 1 when a finding of this severity or worse exists (default: error)",
-    )
-    c.add_argument(
-        "--config",
-        metavar="FILE",
-        help="config with skip/severity/fail_on (default: the nearest "
-        f"{' or '.join(CONFIG_NAMES)} in the current directory or above it, up to the "
-        "directory that holds .git)",
-    )
-    c.add_argument("--select", metavar="IDS", help="only these rule ids, comma-separated")
-    c.set_defaults(func=cmd_check)
-
-    e = sub.add_parser("explain", help="print a rule's documentation", formatter_class=_Formatter)
-    e.add_argument("rule", help="rule id (e.g. LS001) or name")
-    e.set_defaults(func=cmd_explain)
-
-    r = sub.add_parser("rules", help="list the rules", formatter_class=_Formatter)
-    r.add_argument("--format", choices=("human", "json"), default="human")
-    r.set_defaults(func=cmd_rules)
-
-    i = sub.add_parser(
-        "inspect", help="print a GGUF model's metadata and tensors", formatter_class=_Formatter
-    )
-    i.add_argument("model", help="GGUF file")
-    i.add_argument("--format", choices=("human", "json"), default="human")
-    i.set_defaults(func=cmd_inspect)
-
-    if command in (None, "plan"):
-        _register_plan(sub)
-    else:  # listed in `llamafleet --help`; its module (the planner) is not loaded for `check`
-        sub.add_parser(
-            "plan",
-            help="estimate GPU memory for a model and llama-server flags",
-            formatter_class=_Formatter,
+    # one subcommand about to run: only its parser (the others cost every run a few ms and are
+    # shown only by `llamafleet --help`, which builds them all)
+    if command in (None, "check"):
+        c = sub.add_parser(
+            "check",
+            formatter_class=fmt,
+            help="check files for pitfalls",
+            description="Check llama-server scripts (.sh, .cmd/.bat, .ps1), systemd units, Docker\n"
+            "Compose files, instance variables (YAML/JSON) and Claude Code settings or the\n"
+            "environment a script exports for it. Raw llama-server flags can follow --.",
+            epilog=CHECK_EPILOG,
         )
-    if command in (None, "template"):
+        c.add_argument("files", nargs="*", help="files to check (kind detected from name/content)")
+        c.add_argument("--user-settings", action="append", metavar="FILE")
+        c.add_argument("--project-settings", action="append", metavar="FILE")
+        c.add_argument("--local-settings", action="append", metavar="FILE")
+        c.add_argument("--managed-settings", action="append", metavar="FILE")
+        c.add_argument(
+            "--process-env",
+            action="store_true",
+            help="include this process's ANTHROPIC_*/CLAUDE_CODE_* variables (lowest "
+            "precedence) in the client settings",
+        )
+        c.add_argument(
+            "--client-env",
+            action="append",
+            metavar="KEY=VALUE",
+            help="a client environment variable (lowest precedence)",
+        )
+        c.add_argument(
+            "--skip-unrelated",
+            action="store_true",
+            help="pass over a file that names neither llama-server nor Claude Code (a shell "
+            "script of something else) instead of reporting it (LF002); a file that names them "
+            "and cannot be read is still reported. For hooks over every file of a kind "
+            "(.pre-commit-hooks.yaml)",
+        )
+        add_referenced_options(c)
+        _add_fact_options(c)
+        c.add_argument("--format", choices=sorted(("human", "json", "sarif")), default="human")
+        c.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE")
+        c.add_argument(
+            "--fail-on",
+            choices=SEVERITIES,
+            help="exit 1 when a finding of this severity or worse exists (default: error)",
+        )
+        c.add_argument(
+            "--config",
+            metavar="FILE",
+            help="config with skip/severity/fail_on (default: the nearest "
+            f"{' or '.join(CONFIG_NAMES)} in the current directory or above it, up to the "
+            "directory that holds .git)",
+        )
+        c.add_argument("--select", metavar="IDS", help="only these rule ids, comma-separated")
+        c.set_defaults(func=cmd_check)
+
+    if command in (None, "explain"):
+        e = sub.add_parser("explain", help="print a rule's documentation", formatter_class=fmt)
+        e.add_argument("rule", help="rule id (e.g. LS001) or name")
+        e.set_defaults(func=cmd_explain)
+
+    if command in (None, "rules"):
+        r = sub.add_parser("rules", help="list the rules", formatter_class=fmt)
+        r.add_argument("--format", choices=("human", "json"), default="human")
+        r.set_defaults(func=cmd_rules)
+
+    if command in (None, "inspect"):
+        i = sub.add_parser(
+            "inspect", help="print a GGUF model's metadata and tensors", formatter_class=fmt
+        )
+        i.add_argument("model", help="GGUF file")
+        i.add_argument("--format", choices=("human", "json"), default="human")
+        i.set_defaults(func=cmd_inspect)
+
+    if command is None:
+        _register_plan(sub)
         from llamafleet import template_cli
 
         template_cli.register(sub)
-    else:
-        sub.add_parser(
-            "template",
-            formatter_class=_Formatter,
-            help="check a chat template against Claude Code's late system message, or fix it",
-        )
     return p
 
 
@@ -387,6 +401,24 @@ def _register_plan(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 def main(argv: Sequence[str] | None = None) -> int:
     """Exit codes: 0 clean, 1 findings at the threshold, 2 bad usage or unreadable input,
     3 an internal error (one line on stderr naming the file)."""
+    # The collector has nothing to free while a command loads its modules, tables and rules (all
+    # kept until the process exits): it runs again once the inputs are large (cmd_check), and as
+    # before when main() returns to a caller that had it on.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _main(argv)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+#: Inputs above this many characters in all: `check` collects garbage while it reads and checks
+#: them (below it, what a check leaves behind is small and the process ends).
+COLLECT_ABOVE = 256 * 1024
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     server_argv: list[str] = []
     if "--" in args_list and args_list and args_list[0] == "check":

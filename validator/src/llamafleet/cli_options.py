@@ -4,11 +4,12 @@ module (neither imports the other's options, so no import cycle)."""
 
 from __future__ import annotations
 
-import argparse
 import os
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import argparse
+
     from llamafleet.refs import ReferencedFiles
 
 

@@ -7,12 +7,12 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from functools import cache
-from typing import TYPE_CHECKING, Any
 
 from llamafleet.argv import ParseError, ServerConfig
 from llamafleet.catalogue import RuleInfo, catalogue
 from llamafleet.errors import SEVERITIES, InputError, InternalError
 from llamafleet.facts import Facts
+from llamafleet.lazyre import lazy
 from llamafleet.refs import NEVER, ReferencedFiles
 from llamafleet.rules import Context, Hit, load_all
 from llamafleet.settings import (
@@ -25,7 +25,10 @@ from llamafleet.settings import (
 )
 from llamafleet.units import Unit, parse_unit
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from llamafleet.readers.common import Listener, ReadResult
     from llamafleet.readers.haproxy import HAProxyConfig
 
@@ -205,7 +208,7 @@ class Inputs:
 
 
 #: a proxy section of an HAProxy configuration
-_HAPROXY_SECTION = re.compile(r"(?m)^[ \t]*(frontend|backend|listen)[ \t]+\S")
+_HAPROXY_SECTION = lazy(r"(?m)^[ \t]*(frontend|backend|listen)[ \t]+\S")
 
 
 def _detect(path: str, text: str) -> str:
@@ -502,7 +505,7 @@ def _parse_mapping_doc(data: Any, path: str) -> list[ServerConfig]:
 
 # ----------------------------------------------------------------------------- suppressions
 
-_SUPPRESS = re.compile(r"llamafleet:\s*ignore(-file)?\[([A-Za-z0-9 ,]+)\]\s*(.*)$")
+_SUPPRESS = lazy(r"llamafleet:\s*ignore(-file)?\[([A-Za-z0-9 ,]+)\]\s*(.*)$")
 
 
 class Suppressions:
@@ -543,7 +546,7 @@ def scan_suppressions(texts: Mapping[str, str]) -> Suppressions:
 # ----------------------------------------------------------------------------- running
 
 
-class _Blank(dict[str, Any]):
+class _Blank(dict[str, object]):
     def __missing__(self, key: str) -> str:
         return "{" + key + "}"
 

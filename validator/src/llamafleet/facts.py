@@ -7,12 +7,15 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from llamafleet.errors import InputError
 from llamafleet.flags import HelpFacts, parse_help
 from llamafleet.gguf_meta import ModelFacts, load_model_meta, model_from_dict
 from llamafleet.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class FactsError(InputError):

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Mapping
 from functools import cache
-from typing import Any
 
+from llamafleet.lazyre import lazy
 from llamafleet.record import FrozenRecord, Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 #: KV cache types of upstream llama.cpp.
 UPSTREAM_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
@@ -223,9 +226,9 @@ def table() -> FlagTable:
 
 #: One spelling at the start of an option line, and each further one after a comma.
 #: (``-c`` and ``-h`` are spellings too: one letter is enough.)
-_HELP_FIRST = re.compile(r"(--?[A-Za-z](?:[\w+.-]*[\w+])?)(?=[\s,]|$)")
-_HELP_NEXT = re.compile(r",\s*(--?[A-Za-z](?:[\w+.-]*[\w+])?)(?=[\s,]|$)")
-_ALLOWED = re.compile(r"allowed values:\s*(.+)")
+_HELP_FIRST = lazy(r"(--?[A-Za-z](?:[\w+.-]*[\w+])?)(?=[\s,]|$)")
+_HELP_NEXT = lazy(r",\s*(--?[A-Za-z](?:[\w+.-]*[\w+])?)(?=[\s,]|$)")
+_ALLOWED = lazy(r"allowed values:\s*(.+)")
 
 
 class HelpFacts(FrozenRecord):
@@ -248,7 +251,7 @@ class HelpFacts(FrozenRecord):
         self._set("allowed_values", allowed_values if allowed_values is not None else {})
 
 
-_LIST_CONTINUATION = re.compile(r"^[A-Za-z0-9_.]+(?:,\s*[A-Za-z0-9_.]+)*,?$")
+_LIST_CONTINUATION = lazy(r"^[A-Za-z0-9_.]+(?:,\s*[A-Za-z0-9_.]+)*,?$")
 
 
 def _value_list(first: str, following: list[str]) -> tuple[str, ...]:

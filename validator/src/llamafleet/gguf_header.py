@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Any, BinaryIO, NoReturn
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, BinaryIO, NoReturn
 
 #: Key/value pairs in one header.
 MAX_KV_COUNT = 1 << 16

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
 
 from llamafleet.errors import InputError
 from llamafleet.gguf_header import parse_header
 from llamafleet.record import Record
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from llamafleet.argv import ServerConfig
     from llamafleet.refs import ReferencedFiles
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from typing import Any
 from urllib.parse import quote
 
 from llamafleet import __version__
 from llamafleet.catalogue import catalogue
 from llamafleet.engine import Result
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 DOCS_URI = "https://llamafleet.readthedocs.io/en/latest/rules/{id}.html"

@@ -8,7 +8,9 @@ are in docs/corpus.md). A record class writes its own ``__init__`` and names its
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, ClassVar
 
 
 class Record:

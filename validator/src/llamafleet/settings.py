@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 from collections.abc import Mapping
-from typing import Any
 from urllib.parse import SplitResult
 
+from llamafleet.lazyre import lazy
 from llamafleet.record import Record
 from llamafleet.values import Unresolved, split_url
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 SCOPES = ("managed", "local", "project", "user", "env")  # highest precedence first
-_COLON = re.compile(r"\s*:")
+_COLON = lazy(r"\s*:")
 _RANK = {s: i for i, s in enumerate(SCOPES)}
 #: Deepest nesting of a settings file accepted (Claude Code's settings are 3-4 levels deep).
 MAX_DEPTH = 100
@@ -161,8 +164,8 @@ def load_settings(
     return sf
 
 
-_JSON_STRING = re.compile(r'"(?:\\.|[^"\\])*"')
-_BRACKET = re.compile(r"[\[\]{}]")
+_JSON_STRING = lazy(r'"(?:\\.|[^"\\])*"')
+_BRACKET = lazy(r"[\[\]{}]")
 
 
 def _too_deep(text: str) -> tuple[int, int] | None:

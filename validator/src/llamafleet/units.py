@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from llamafleet.argv import ParseError, ServerConfig, Token
+from llamafleet.lazyre import lazy
 from llamafleet.record import Record
 from llamafleet.refs import NEVER, ReferencedFiles
 
@@ -130,11 +131,11 @@ def _split(value: str, line: int) -> list[tuple[str, bool]]:
 
 #: One entry of systemd's IPAddressAllow=/IPAddressDeny= as the roles write them: an address, a
 #: CIDR range, or one of systemd's names (any, localhost, link-local, multicast).
-IP_ALLOW_ENTRY = re.compile(r"(any|localhost|link-local|multicast|[0-9a-fA-F.:]+(/[0-9]{1,3})?)\Z")
+IP_ALLOW_ENTRY = lazy(r"(any|localhost|link-local|multicast|[0-9a-fA-F.:]+(/[0-9]{1,3})?)\Z")
 
 #: What a value rendered into a unit line must not hold: C0 controls (newline, carriage return,
 #: tab, NUL, ...), DEL and the other line ends of str.splitlines() (the validator's line splitter).
-UNIT_CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
+UNIT_CONTROL = lazy("[\x00-\x1f\x7f\x85\u2028\u2029]")
 
 
 def unit_value_problem(value: object) -> str:
@@ -156,7 +157,7 @@ def unit_value_problem(value: object) -> str:
     return ""
 
 
-_WORD = re.compile(r"\S+")
+_WORD = lazy(r"\S+")
 
 
 def _split_at(value: str, line: int) -> list[tuple[str, bool, int]]:
@@ -211,9 +212,9 @@ def split_words(value: str, line: int) -> list[Token]:
     return [Token(w, line) for w, _ in _split(value, line)]
 
 
-_CRED = re.compile(r"(?:%d|\$\{?CREDENTIALS_DIRECTORY\}?)/([A-Za-z0-9_.:-]+)")
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
-_SPECIFIER = re.compile(r"%([a-zA-Z%])")
+_CRED = lazy(r"(?:%d|\$\{?CREDENTIALS_DIRECTORY\}?)/([A-Za-z0-9_.:-]+)")
+_VAR = lazy(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+_SPECIFIER = lazy(r"%([a-zA-Z%])")
 
 
 def _read_env_file(path: str, referenced: ReferencedFiles) -> dict[str, str] | None:

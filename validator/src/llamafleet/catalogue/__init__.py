@@ -12,7 +12,10 @@ import json
 import os
 import zlib
 from functools import cache
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 

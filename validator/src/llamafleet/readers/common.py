@@ -21,6 +21,7 @@ from collections.abc import Callable
 from functools import cache
 
 from llamafleet.argv import ServerConfig, Token, apply_env, is_server_binary, parse_tokens
+from llamafleet.lazyre import lazy
 
 #: Environment variables of Claude Code (the client) besides the ANTHROPIC_*/CLAUDE_CODE_* ones.
 CLIENT_ENV_KEYS = frozenset(
@@ -118,13 +119,13 @@ class ReadResult:
 
 # ----------------------------------------------------------------------------- build numbers
 
-_BUILD = re.compile(
+_BUILD = lazy(
     r"(?:releases/download/|llama-|server-|full-|light-|cuda-|vulkan-|rocm-|musa-|intel-|"
     r"checkout\s+|switch\s+|--branch\s+|tags/|[=@:/\s])b(\d{4,5})(?![\w])"
 )
 
 
-_BUILD_HINT = re.compile(r"b\d{4}")
+_BUILD_HINT = lazy(r"b\d{4}")
 
 
 def build_in_text(text: str) -> int | None:
@@ -224,7 +225,7 @@ WRAPPERS: dict[str, frozenset[str]] = {
 #: Wrappers whose first bare word is their own argument (a mask, a priority, a duration, a lock).
 _WRAPPER_ARG = frozenset({"taskset", "chrt", "timeout", "flock", "nice"})
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "busybox"})
-_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
+_ASSIGN = lazy(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 _DOCKER = frozenset({"docker", "podman", "nerdctl", "docker.exe", "podman.exe"})
 _PROXIES = {"litellm": 4000, "ccr": 3456, "claude-code-router": 3456, "claude-code-proxy": 8082}
 

@@ -14,7 +14,6 @@ variables to a Claude Code service; ``ports`` say where the host reaches the ser
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from llamafleet.argv import Token
 from llamafleet.readers.common import (
@@ -31,6 +30,10 @@ from llamafleet.readers.common import (
     runs_server_args,
 )
 from llamafleet.safeyaml import YList, YMap
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _INTERP = re.compile(
     r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?+])([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)"

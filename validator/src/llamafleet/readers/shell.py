@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 
 from llamafleet.argv import ParseError, ServerConfig, Token
+from llamafleet.lazyre import lazy
 from llamafleet.readers.common import Collector, EnvValue, ReadResult, is_client_key
 
 # ----------------------------------------------------------------------------- tokenizer
@@ -78,7 +79,7 @@ class Command:
         return f"Command({self.items!r}, {self.line}, {self.end!r})"
 
 
-_SCAN = re.compile(
+_SCAN = lazy(
     r"""
     (?P<ws>[ \t\r\f\v]+)
   | (?P<cont>\\\r?\n)
@@ -98,7 +99,7 @@ _SCAN = re.compile(
     """,
     re.X | re.S,
 )
-_VARNAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!\-]")
+_VARNAME = lazy(r"[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!\-]")
 _ANSI = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "e": "\x1b", "\\": "\\"}
 
 
@@ -222,7 +223,7 @@ def _ansi(body: str) -> str:
 
 
 #: Anything beyond plain words, ``\\`` line continuations and comments.
-_NOT_PLAIN = re.compile(r"['\"`$;&|()<>]|\\(?!\r?\n)")
+_NOT_PLAIN = lazy(r"['\"`$;&|()<>]|\\(?!\r?\n)")
 
 
 def _plain_tokens(text: str, line: int) -> list[tuple[list[Token], int, str]]:
@@ -554,8 +555,8 @@ class Field:
         return Token(text, first, self.unknown, self.split)
 
 
-_IFS = re.compile(r"[ \t\n]+")
-_PARAM = re.compile(r"^\{(#?)([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*#?$!\-])(\[[^\]]*\])?(.*)\}$", re.S)
+_IFS = lazy(r"[ \t\n]+")
+_PARAM = lazy(r"^\{(#?)([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*#?$!\-])(\[[^\]]*\])?(.*)\}$", re.S)
 
 
 class State:
@@ -897,8 +898,8 @@ _GENERAL = (
     | {"function", "unset", "read", "mapfile", "readarray", "getopts", "for", "set", "shift"}
     | {"alias", "eval"}
 )
-_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?(\+?)=", re.S)
-_OPTION_LINE = re.compile(r"^--?[A-Za-z]")
+_ASSIGN = lazy(r"^([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?(\+?)=", re.S)
+_OPTION_LINE = lazy(r"^--?[A-Za-z]")
 
 
 class ShellReader:

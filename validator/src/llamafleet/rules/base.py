@@ -5,7 +5,6 @@ import this module, never the package that loads them (no import cycle)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
 
 from llamafleet.argv import ServerConfig
 from llamafleet.facts import Facts
@@ -14,7 +13,10 @@ from llamafleet.refs import NEVER, ReferencedFiles
 from llamafleet.settings import Client, SettingsFile
 from llamafleet.units import Unit
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from llamafleet.readers.haproxy import HAProxyConfig
 
 # Plain classes, not dataclasses: every `llamafleet check` creates them (and the classes) anew.

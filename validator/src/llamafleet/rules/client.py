@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
 from urllib.parse import urlunsplit
 
 from llamafleet.rules.base import Context, Hit, rule
@@ -13,6 +12,10 @@ from llamafleet.rules.server import is_any_address, is_loopback
 from llamafleet.settings import TOKEN_KEYS, Client, SettingsFile, truthy
 from llamafleet.slots import slots
 from llamafleet.values import Unresolved, is_unresolved, split_url, url_problem
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 #: Keys that only work inside "env" (prefixes).
 ENV_ONLY_PREFIXES = ("ANTHROPIC_", "CLAUDE_CODE_")

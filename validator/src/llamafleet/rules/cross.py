@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
 
 from llamafleet.argv import ServerConfig, parse_argv_list
 from llamafleet.gguf_meta import ModelFacts
+from llamafleet.lazyre import lazy
 from llamafleet.record import Record
 from llamafleet.refs import NEVER, ReferencedFiles
 from llamafleet.rules.base import Context, Hit, rule
@@ -18,7 +18,10 @@ from llamafleet.settings import Client, truthy
 from llamafleet.slots import SlotContext, request_context
 from llamafleet.values import split_url
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from llamafleet.readers.haproxy import Bind, HAProxyConfig, Proxy, Server
 
 DEFAULT_HOST = "127.0.0.1"
@@ -661,8 +664,8 @@ def _js_parse_int(text: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-_EXPONENT = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)[eE][+-]?\d+$")
-_GROUPED = re.compile(r"^[+-]?\d{1,3}([_,\u00a0\u202f ])\d{3}(?:\1\d{3})*$")
+_EXPONENT = lazy(r"^[+-]?(\d+(\.\d*)?|\.\d+)[eE][+-]?\d+$")
+_GROUPED = lazy(r"^[+-]?\d{1,3}([_,\u00a0\u202f ])\d{3}(?:\1\d{3})*$")
 
 
 def window_size(text: str) -> int | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from llamafleet.rules.base import Context, Hit, rule
 from llamafleet.rules.cross import (
@@ -14,6 +13,7 @@ from llamafleet.rules.cross import (
     serves_tls,
 )
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from llamafleet.argv import ServerConfig
     from llamafleet.readers.haproxy import HAProxyConfig, Proxy, Server

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 from llamafleet.argv import Option, ServerConfig, validate_value
 from llamafleet.facts import Facts
@@ -14,6 +13,7 @@ from llamafleet.rules.base import Context, Hit, rule
 from llamafleet.slots import context_size as _context_size
 from llamafleet.slots import request_context, slot_layout, slots
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # the template machinery loads only for a server that has a template
     from llamafleet.chat_template import Classification, TemplateSource
 

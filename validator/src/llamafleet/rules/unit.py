@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
+from llamafleet.lazyre import lazy
 from llamafleet.rules.base import Context, Hit, rule
 from llamafleet.units import Unit, UnitEntry
 
@@ -86,7 +86,7 @@ EXEC_KEYS = (
     "ExecStop",
     "ExecStopPost",
 )
-_EXEC_PREFIX = re.compile(r"[-@:+!|]*")
+_EXEC_PREFIX = lazy(r"[-@:+!|]*")
 _FALSE = ("no", "false", "0", "off", "")
 #: Protections that are on or off; off (or an empty reset) after on weakens the sandbox.
 _BOOL_PROTECTIONS = (
