@@ -593,6 +593,28 @@ def exposure_score(text: Any) -> float | None:
     return float(m.group(1)) if m else None
 
 
+def ca_copies(reads: Any) -> list[dict[str, Any]]:
+    """The backends' CA certificates as the llamafleet_copies module keeps them (``<name>.crt``),
+    from the role's reads on each TLS backend (slurp results, the backend in ``_b``): one not read
+    (a backend that is down) keeps the copy from before, and where there is none the task fails
+    with ``missing``."""
+    out: list[dict[str, Any]] = []
+    for r in reads or []:
+        b = r["_b"]
+        entry: dict[str, Any] = {
+            "name": f"{b['name']}.crt",
+            "missing": (
+                f"{b['name']}: its CA certificate {b['ca_file']} could not be read "
+                f"({r.get('msg') or 'host not reached'}) and the pool has no copy of it. "
+                "Converge the servers first (the llama_server role makes the CA), then the pool."
+            ),
+        }
+        if "content" in r:
+            entry["content"] = base64.b64decode(r["content"]).decode("utf-8", errors="replace")
+        out.append(entry)
+    return out
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -611,4 +633,5 @@ class FilterModule:
             "llama_pool_server_address": server_address,
             "llama_pool_tls_on": tls_on,
             "llama_pool_exposure_score": exposure_score,
+            "llama_pool_ca_copies": ca_copies,
         }

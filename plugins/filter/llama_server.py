@@ -18,7 +18,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 from ansible_collections.llamafleet.fleet.plugins.module_utils.api_key import (
     InvalidKeyError,
-    check_key,
+    check_slurped,
 )
 from ansible_collections.llamafleet.fleet.plugins.plugin_utils.validator import require
 
@@ -133,15 +133,8 @@ def api_key(content: Any, where: Any = "the key file") -> str:
     """The key of a key file as slurp read it (``content``, base64) on a server host, checked as
     the llama_server role checks its own (module_utils/api_key.py): it goes into a client's
     settings, a credential or an HTTP header here."""
-    import base64
-    import binascii
-
     try:
-        text = base64.b64decode(str(content), validate=True).decode("ascii", errors="replace")
-    except (binascii.Error, ValueError) as exc:
-        raise AnsibleFilterError(f"{where}: not base64 (as slurp returns it): {exc}") from exc
-    try:
-        key: str = check_key(text, str(where))
+        key: str = check_slurped(str(content), str(where))
     except InvalidKeyError as exc:
         raise AnsibleFilterError(str(exc)) from exc
     return key

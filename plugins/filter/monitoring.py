@@ -11,6 +11,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NoReturn
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.llamafleet.fleet.plugins.module_utils.api_key import (
+    InvalidKeyError,
+    check_slurped,
+)
 from ansible_collections.llamafleet.fleet.plugins.plugin_utils.validator import require
 
 try:
@@ -411,6 +415,66 @@ def exporter_allow(
     return out
 
 
+def key_copies(reads: Any) -> list[dict[str, Any]]:
+    """The monitoring keys as the llamafleet_copies module keeps them (``<id>.key``), from the
+    role's reads of each instance's key file on its server host (slurp results, the target in
+    ``_t``): each key checked as the llama_server role checks its own; a key not read keeps the
+    copy from before, and where there is none the task fails with ``missing``."""
+    out: list[dict[str, Any]] = []
+    for r in reads or []:
+        t = r["_t"]
+        entry: dict[str, Any] = {
+            "name": f"{t['id']}.key",
+            "missing": (
+                f"{t['host']}: the monitoring key of instance {t['instance']} ({t['key_file']}) "
+                f"could not be read ("
+                f"{'host not reached' if r.get('unreachable') else 'no such file'}) and this "
+                "host has no copy of it. Converge the servers with this host in the inventory "
+                "group monitoring (site.yml or playbooks/rollout.yml: the llama_server role adds "
+                "the client key llama_server_monitoring_client_key to every instance and "
+                "restarts it once), then run this again."
+            ),
+        }
+        if "content" in r:
+            try:
+                key = check_slurped(r["content"], f"{t['host']}: {t['key_file']}")
+            except InvalidKeyError as exc:
+                _fail(str(exc))
+            entry["content"] = key + "\n"
+        out.append(entry)
+    return out
+
+
+def ca_copies(tls: Any, reads: Any) -> list[dict[str, Any]]:
+    """The CA certificates of the https instances as llamafleet_copies keeps them
+    (``<id>.crt``): the llama_server_endpoints fact's when the servers ran in this run, else what
+    the role read on the server host; one not read keeps the copy from before."""
+    import base64
+
+    read = {
+        r["_t"]["id"]: base64.b64decode(r["content"]).decode("utf-8", errors="replace")
+        for r in reads or []
+        if "content" in r
+    }
+    failed = {r["_t"]["id"]: r.get("msg") or "host not reached" for r in reads or []}
+    out: list[dict[str, Any]] = []
+    for t in tls or []:
+        entry: dict[str, Any] = {
+            "name": f"{t['id']}.crt",
+            "missing": (
+                f"{t['host']}: the CA certificate of instance {t['instance']} ({t['ca_file']}) "
+                f"could not be read ({failed.get(t['id'], 'not read')}) and this host has no copy "
+                "of it. Converge the servers first (the llama_server role makes the CA), then "
+                "the monitoring."
+            ),
+        }
+        pem = t.get("ca_pem") or read.get(t["id"])
+        if pem:
+            entry["content"] = pem
+        out.append(entry)
+    return out
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -418,4 +482,6 @@ class FilterModule:
             "monitoring_prometheus_config": prometheus_config,
             "monitoring_ip_allow": ip_allow,
             "monitoring_exporter_allow": exporter_allow,
+            "monitoring_key_copies": key_copies,
+            "monitoring_ca_copies": ca_copies,
         }

@@ -29,3 +29,16 @@ def check_key(text: str, where: str) -> str:
             "remove the file and the llama_server role makes a new one"
         )
     return key
+
+
+def check_slurped(content: str, where: str) -> str:
+    """The key of a key file as the slurp module returns it (base64), checked as check_key does;
+    InvalidKeyError names ``where`` (a file that is not base64 too)."""
+    import base64
+    import binascii
+
+    try:
+        text = base64.b64decode(str(content), validate=True).decode("ascii", errors="replace")
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidKeyError(f"{where}: not base64 (as slurp returns it): {exc}") from exc
+    return check_key(text, where)
