@@ -293,7 +293,7 @@ cmd_down() {
     # A test host is thrown away with everything on it: no orderly poweroff (systemd-nspawn turns
     # SIGTERM into one, about 10 s a host of stopping services whose state is deleted next), the
     # container and then everything in its cgroup tree are killed at once.
-    # (alive: a zombie is gone; this machine's PID 1 may reap orphans late)
+    # (alive: a zombie is gone; where PID 1 reaps orphans late, one may linger)
     if alive "$p"; then
       kill -KILL "$p"
       for i in $(seq 1 50); do alive "$p" || break; sleep 0.1; done

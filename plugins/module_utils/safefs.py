@@ -164,7 +164,7 @@ class DirWalk:
         self.close()
 
 
-def _ancestor_ok(st: os.stat_result) -> bool:
+def ancestor_ok(st: os.stat_result) -> bool:
     """A directory above the role's own ones: root's, and nobody else can change its entries (a
     sticky directory such as /tmp: nobody else can rename or remove root's entries in it)."""
     mode = stat.S_IMODE(st.st_mode)
@@ -233,7 +233,7 @@ def walk_dir(
     stack = [(os.open("/", DIR_FLAGS), "/")]
     try:
         st = os.fstat(stack[0][0])
-        if not _ancestor_ok(st):
+        if not ancestor_ok(st):
             raise _ancestor_error("/", st, base)
         links = 0
         while todo:
@@ -268,7 +268,7 @@ def walk_dir(
                     created=created,
                     changes=changes,
                 )
-            elif not _ancestor_ok(st):
+            elif not ancestor_ok(st):
                 below = _next_is_link(fd, here, todo[0][0]) if todo else None
                 raise _ancestor_error(here, st, base, below)
         fd, where = stack.pop()

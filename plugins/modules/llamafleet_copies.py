@@ -118,6 +118,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.llamafleet.fleet.plugins.module_utils.safefs import (
     DIR_FLAGS,
     UnsafePathError,
+    ancestor_ok,
     check_name,
     describe,
     entry_problem,
@@ -131,11 +132,6 @@ from ansible_collections.llamafleet.fleet.plugins.module_utils.safefs import (
 
 #: the largest copy (a key, a certificate chain)
 LIMIT = 1024 * 1024
-
-
-def _ancestor_ok(st: os.stat_result) -> bool:
-    mode = stat.S_IMODE(st.st_mode)
-    return st.st_uid == 0 and not (mode & 0o022 and not mode & stat.S_ISVTX)
 
 
 def open_dir(path: str, dir_mode: int, *, modify: bool) -> tuple[int | None, list[str]]:
@@ -152,7 +148,7 @@ def open_dir(path: str, dir_mode: int, *, modify: bool) -> tuple[int | None, lis
     try:
         for i, name in enumerate(parts):
             st = os.fstat(fd)
-            if not _ancestor_ok(st):
+            if not ancestor_ok(st):
                 raise UnsafePathError(
                     f"{here or '/'} is {describe(st)}: every directory above {path} must be "
                     f"owned by root and writable only by root. Fix: chown root {here or '/'}; "
@@ -209,7 +205,7 @@ def _current(dfd: int, path: str, name: str, data: bytes, mode: int) -> bool:
         return False
     if lst.st_size != len(data):
         return False
-    opened = open_regular(dfd, f"{path}", name)
+    opened = open_regular(dfd, path, name)
     if opened is None:
         return False
     fd, _ = opened

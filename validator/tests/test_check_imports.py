@@ -8,6 +8,9 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 PROBE = """
 import json, sys
@@ -51,3 +54,48 @@ def test_a_three_file_check_loads_no_yaml_schema_planner_or_templates(tmp_path: 
 def test_a_compose_file_loads_yaml_only(tmp_path: Path) -> None:
     files = {"compose.yaml": "services:\n  s:\n    image: ghcr.io/ggml-org/llama.cpp:server\n"}
     assert [m for m in _loaded(tmp_path, files) if not m.startswith("yaml")] == []
+
+
+def test_main_leaves_the_collector_as_its_caller_had_it(tmp_path: Path) -> None:
+    import gc
+
+    from llamafleet.cli import main
+
+    script = tmp_path / "run.sh"
+    script.write_text("llama-server -m q.gguf -c 65536\n")
+    try:
+        for before in (True, False):
+            (gc.enable if before else gc.disable)()
+            assert main(["check", str(script)]) in (0, 1)
+            assert gc.isenabled() is before
+    finally:
+        gc.enable()
+
+
+def test_a_check_collects_again_once_its_inputs_are_large(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The collector is off while the command loads; inputs past COLLECT_ABOVE are read and
+    checked with it on (a long run must not keep every cycle it makes)."""
+    import gc
+
+    from llamafleet import cli, engine
+
+    seen: list[bool] = []
+    real = engine.run
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "run", spy)
+    small, big = tmp_path / "small.sh", tmp_path / "big.sh"
+    small.write_text("llama-server -m q.gguf\n")
+    big.write_text("# " + "x" * cli.COLLECT_ABOVE + "\nllama-server -m q.gguf\n")
+    try:
+        cli.main(["check", str(small)])
+        cli.main(["check", str(big)])
+    finally:
+        gc.unfreeze()
+    assert seen == [False, True]
+    assert gc.isenabled()
