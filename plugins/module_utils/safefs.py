@@ -416,6 +416,68 @@ def _own_dir(
         raise UnsafePathError(f"{path} could not be made root:root 0755 (it is {describe(st)})")
 
 
+def open_root_dir(path: str, dir_mode: int, *, modify: bool) -> tuple[int | None, list[str]]:
+    """A directory of root's own (keys, certificates, copies): its descriptor (None when it is
+    missing and not made, in check mode) and the changes made to it (or that would be).
+
+    The chain is opened from ``/`` one component at a time, never following a link; every
+    directory above `path` must be owned by root and writable only by root (sticky allowed), and
+    missing ones are created (0755; `path` itself `dir_mode`). `path` is made root:root
+    `dir_mode` when it is not. Raises UnsafePathError."""
+    if not os.path.isabs(path) or os.path.normpath(path) == "/":
+        raise UnsafePathError(f"{path!r}: the directory must be an absolute path below /")
+    parts = [p for p in os.path.normpath(path).split("/") if p]
+    for p in parts:
+        check_name(p, "directory name")
+    changes: list[str] = []
+    fd = os.open("/", DIR_FLAGS)
+    here = ""
+    try:
+        for i, name in enumerate(parts):
+            st = os.fstat(fd)
+            if not ancestor_ok(st):
+                raise UnsafePathError(
+                    f"{here or '/'} is {describe(st)}: every directory above {path} must be "
+                    f"owned by root and writable only by root. Fix: chown root {here or '/'}; "
+                    f"chmod go-w {here or '/'}."
+                )
+            here = f"{here}/{name}"
+            last = i == len(parts) - 1
+            try:
+                nfd = os.open(name, DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                changes.append(f"{here}: created")
+                if not modify:
+                    os.close(fd)
+                    return None, changes
+                os.mkdir(name, dir_mode if last else 0o755, dir_fd=fd)
+                nfd = os.open(name, DIR_FLAGS, dir_fd=fd)
+                os.fchown(nfd, 0, 0)
+                os.fchmod(nfd, dir_mode if last else 0o755)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                lst = os.lstat(name, dir_fd=fd)
+                raise UnsafePathError(
+                    f"{here} is {kind(lst.st_mode)} owned by {owner_name(lst.st_uid)}, not a "
+                    f"directory; it is not followed. Fix: remove it, or point the role at the "
+                    "real directory."
+                ) from exc
+            os.close(fd)
+            fd = nfd
+        st = os.fstat(fd)
+        if (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) != (0, 0, dir_mode):
+            if f"{here}: created" not in changes:
+                changes.append(f"{here}: {describe(st)} -> root:root {dir_mode:04o}")
+            if modify:
+                os.fchown(fd, 0, 0)
+                os.fchmod(fd, dir_mode)
+        return fd, changes
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def lstat_entry(dfd: int, name: str) -> os.stat_result | None:
     try:
         return os.stat(name, dir_fd=dfd, follow_symlinks=False)

@@ -232,6 +232,18 @@ def filter_error() -> type[Exception]:
     return error
 
 
+class CommandRunner:
+    """Stands in for AnsibleModule where a test calls a module's functions directly: its
+    run_command only (argv, no shell, `data` on stdin), here subprocess.run. Each module so tested
+    also runs under the real ansible-playbook in its own test file."""
+
+    def run_command(
+        self, args: list[str], data: bytes | None = None, **_: Any
+    ) -> tuple[int, bytes, bytes]:
+        done = subprocess.run(args, input=data, capture_output=True, check=False)
+        return done.returncode, done.stdout, done.stderr
+
+
 def run_playbook(
     tmp_path: Path, play: str, *extra: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:

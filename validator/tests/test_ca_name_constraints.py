@@ -2,14 +2,16 @@
 constraints (the llamafleet_name_constraints filter over the certificate names: DNS names only, as
 Claude Code's TLS stack refuses any CA with an IP constraint), so a client that trusts a server's
 CA (Claude Code's NODE_EXTRA_CA_CERTS, which applies to every connection) trusts it for that
-server's names only. The CA here is made with the openssl arguments of
-roles/llama_server/tasks/tls.yml (read from the task, not copied); the attack is the review's: a
+server's names only. The CA here is made by the roles' own module, llamafleet_tls, with the
+name constraints the llama_server role hands it (its task read from the role); the attack is the
+review's: a
 certificate for api.anthropic.com signed by the host's CA, served over TLS on loopback and
 verified by OpenSSL, by Python's ssl and by Node. The Claude Code CLI is not installed here: its
 refusal is replayed on the claude scenario's client (molecule/claude/attacks.yml)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import ssl
 import subprocess
@@ -22,13 +24,13 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import load_ansible_plugin, plugin_path
+from conftest import CommandRunner, load_ansible_plugin, plugin_path
 
 REPO = Path(__file__).resolve().parents[2]
 COMMON = plugin_path("filter", "llamafleet_common")
 TLS_TASKS = {
-    "llama_server": REPO / "roles" / "llama_server" / "tasks" / "tls.yml",
-    "llama_pool": REPO / "roles" / "llama_pool" / "tasks" / "tls.yml",
+    "llama_server": REPO / "roles" / "llama_server" / "tasks" / "install.yml",
+    "llama_pool": REPO / "roles" / "llama_pool" / "tasks" / "configure.yml",
 }
 SANS = ["IP:127.0.0.1", "IP:::1", "DNS:localhost", "DNS:gpu1", "IP:10.0.0.5"]
 
@@ -59,21 +61,19 @@ def test_constraints_refuse_what_is_no_name(common: ModuleType, bad: list[str]) 
         common.name_constraints(bad)
 
 
-def _ca_task_argv(role: str) -> list[str]:
-    """The argv of the role's 'Create ... CA certificate' task."""
+def _tls_task(role: str) -> dict[str, Any]:
+    """The arguments of the role's llamafleet_tls task."""
     tasks = yaml.safe_load(TLS_TASKS[role].read_text())
-    (task,) = [t for t in tasks if "CA certificate (ten years" in t.get("name", "")]
-    return [str(a) for a in task["ansible.builtin.command"]["argv"]]
+    (task,) = [t for t in tasks if "llamafleet.fleet.llamafleet_tls" in t]
+    return task["llamafleet.fleet.llamafleet_tls"]  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("role", sorted(TLS_TASKS))
 def test_the_roles_create_their_ca_with_name_constraints(role: str) -> None:
-    argv = _ca_task_argv(role)
-    exts = [argv[i + 1] for i, a in enumerate(argv) if a == "-addext"]
-    assert any(
-        e.startswith("nameConstraints={{") and "llamafleet_name_constraints" in e for e in exts
-    )
-    assert "basicConstraints=critical,CA:TRUE,pathlen:0" in exts
+    """Each role hands its own CA the name constraints of its certificates' names."""
+    args = _tls_task(role)
+    assert "llamafleet.fleet.llamafleet_name_constraints" in args["name_constraints"]
+    assert "tls_sans" in args["name_constraints"] or "_sans" in args["name_constraints"]
 
 
 def _openssl(*args: str) -> subprocess.CompletedProcess[str]:
@@ -129,28 +129,36 @@ def _leaf(d: Path, name: str, sans: str) -> Path:
 
 @pytest.fixture(scope="module")
 def pki(common: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A host CA made by the llama_server role's own argv (its Jinja expressions filled in), a
+    """A host CA made by llamafleet_tls with the constraints the llama_server role hands it, a
     certificate for the host's names and one for api.anthropic.com, both signed by it."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: llamafleet_tls makes root's files")
     d = tmp_path_factory.mktemp("ca")
-    _key(d / "ca.key")
+    tls = load_ansible_plugin(plugin_path("modules", "llamafleet_tls"))
+    args = _tls_task("llama_server")
     nc_expr = (
         "{{ _llama_server_tls_instances | map(attribute='tls_sans')"
         " | llamafleet.fleet.llamafleet_name_constraints }}"
     )
-    values = {
-        "{{ llama_server_tls_dir }}": str(d),
-        "{{ inventory_hostname | regex_replace('[^A-Za-z0-9.-]', '_') }}": "gpu1",
-        nc_expr: common.name_constraints([SANS]),
-    }
-    argv = []
-    for raw in _ca_task_argv("llama_server"):
-        arg = raw
-        for expr, value in values.items():
-            arg = arg.replace(expr, value)
-        assert "{{" not in arg, arg
-        argv.append(arg)
-    out = subprocess.run(argv, capture_output=True, text=True, check=False)
-    assert out.returncode == 0, out.stderr
+    assert args["name_constraints"].strip() == nc_expr
+    # the module's own CA, in a directory of root's (tmp_path_factory's are): no certificate yet
+    tls.keep(
+        CommandRunner(),
+        {
+            "dir": str(d / "tls"),
+            "ca_cert": "",
+            "ca_key": "",
+            "ca_subject": "/CN=llamafleet CA gpu1",
+            "ca_comment": "the nameConstraints of the llamafleet CA of gpu1",
+            "name_constraints": common.name_constraints([SANS]),
+            "days": 2,
+            "renew_within": 0,
+            "certs": [],
+        },
+        modify=True,
+    )
+    for name in ("ca.key", "ca.crt"):
+        (d / name).write_bytes((d / "tls" / name).read_bytes())
     _leaf(d, "own", "DNS:gpu1, IP:10.0.0.5, IP:127.0.0.1")
     _leaf(d, "foreign", "DNS:api.anthropic.com")
     return d

@@ -1,12 +1,13 @@
 """TLS of the llama_server role: which instances serve it (llama_server_tls auto/true/false and an
 instance's `tls`), the certificate names, the unit's credentials and --ssl-* arguments (rendered
 from the real template, parsed by the validator), the fleet playbooks' scheme, and the
-llamafleet_wait module's https check (the llamafleet_common role) against a local TLS server with a
-CA made by the same openssl commands as tasks/tls.yml."""
+llamafleet_wait module's https check (the llamafleet_common role) against a local TLS server whose
+CA and certificates the role's own module (llamafleet_tls) made."""
 
 from __future__ import annotations
 
 import http.server
+import os
 import shutil
 import ssl
 import subprocess
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 from test_unit_template import INJECTED, _findings, _instance, render
 
-from conftest import load_ansible_plugin, plugin_path
+from conftest import CommandRunner, load_ansible_plugin, plugin_path
 from llamafleet.units import parse_unit
 
 REPO = Path(__file__).resolve().parents[2]
@@ -227,91 +228,38 @@ def _openssl(*args: str) -> None:
     subprocess.run(["openssl", *args], check=True, capture_output=True)
 
 
-def _make_cert(d: Path, name: str, ca: str, sans: list[str]) -> None:
-    """The commands of tasks/tls.yml: key, signing request, signature with an extension file."""
-    _openssl(
-        "genpkey",
-        "-algorithm",
-        "EC",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-out",
-        str(d / f"{name}.key"),
-    )
-    (d / f"{name}.ext").write_text(
-        f"# llama-server instance {name}, CA {ca}/ca.crt sha256 x\n"
-        "basicConstraints = critical, CA:FALSE\n"
-        "keyUsage = critical, digitalSignature, keyEncipherment\n"
-        "extendedKeyUsage = serverAuth\n"
-        f"subjectAltName = {', '.join(sans)}\n"
-    )
-    _openssl(
-        "req",
-        "-new",
-        "-sha256",
-        "-key",
-        str(d / f"{name}.key"),
-        "-subj",
-        f"/CN={name}",
-        "-out",
-        str(d / f"{name}.csr"),
-    )
-    _openssl(
-        "x509",
-        "-req",
-        "-sha256",
-        "-days",
-        "825",
-        "-in",
-        str(d / f"{name}.csr"),
-        "-CA",
-        f"{ca}/ca.crt",
-        "-CAkey",
-        f"{ca}/ca.key",
-        "-CAserial",
-        str(d / "ca.srl"),
-        "-CAcreateserial",
-        "-extfile",
-        str(d / f"{name}.ext"),
-        "-out",
-        str(d / f"{name}.crt"),
-    )
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if shutil.which("openssl") is None:
         pytest.skip("no openssl CLI")
+    if os.geteuid() != 0:
+        pytest.skip("needs root: llamafleet_tls makes root's files")
     d = tmp_path_factory.mktemp("tls")
-    _openssl(
-        "genpkey",
-        "-algorithm",
-        "EC",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-out",
-        str(d / "ca.key"),
+    tls = load_ansible_plugin(plugin_path("modules", "llamafleet_tls"))
+    main_sans = ["IP:127.0.0.1", "IP:::1", "DNS:localhost", "DNS:gpu1"]
+
+    def cert(name: str, sans: list[str]) -> dict[str, Any]:
+        files = {"key": f"{name}.key", "cert": f"{name}.crt", "ext": f"{name}.ext"}
+        return {"name": name, **files, "mode": "0600", "subject": f"/CN={name}",
+                "comment": f"llama-server instance {name}", "sans": sans}  # fmt: skip
+
+    common = load_ansible_plugin(plugin_path("filter", "llamafleet_common"))
+    other_sans = ["DNS:gpu2.example.org"]  # names another host only
+    tls.keep(
+        CommandRunner(),
+        {
+            "dir": str(d),
+            "ca_cert": "",
+            "ca_key": "",
+            "ca_subject": "/CN=llamafleet CA test",
+            "ca_comment": "the nameConstraints of the llamafleet CA of test",
+            "name_constraints": common.name_constraints([main_sans, other_sans]),
+            "days": 825,
+            "renew_within": 2592000,
+            "certs": [cert("main", main_sans), cert("other", other_sans)],
+        },
+        modify=True,
     )
-    _openssl(
-        "req",
-        "-x509",
-        "-new",
-        "-sha256",
-        "-days",
-        "3650",
-        "-key",
-        str(d / "ca.key"),
-        "-subj",
-        "/CN=llamafleet CA test",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE,pathlen:0",
-        "-addext",
-        "keyUsage=critical,keyCertSign,cRLSign",
-        "-out",
-        str(d / "ca.crt"),
-    )
-    _make_cert(d, "main", str(d), ["IP:127.0.0.1", "IP:::1", "DNS:localhost", "DNS:gpu1"])
-    _make_cert(d, "other", str(d), ["DNS:gpu2.example.org"])  # names another host only
     # a second CA, which signed nothing the server serves
     (d / "ca2").mkdir()
     _openssl(
