@@ -22,6 +22,13 @@ description:
     run starts; each task's process inherits them. Nothing else changes: a run without it does
     the same, more slowly.
   - >-
+    It also builds, once in the main process, what Ansible otherwise builds again in every task's
+    process that templates anything - the wrappers of the Jinja filters and tests found outside
+    collections (ansible.builtin's among them; Ansible scans every such plugin file the first time
+    a process looks one up) and the Jinja lexer of Ansible's default template settings (the
+    comment at AnsibleEnvironment.lexer in ansible-core asks for exactly this, "pre-generate the
+    default cached lexer before forking").
+  - >-
     A controller without the llamafleet package is not refused here: the first filter or action
     plugin that needs it says what to install.
 requirements:
@@ -37,6 +44,28 @@ from ansible.plugins.callback import CallbackBase
 
 _PLUGINS = Path(__file__).resolve().parents[1]
 _PACKAGE = "ansible_collections.llamafleet.fleet.plugins"
+
+
+def warm_templating() -> list[str]:
+    """Build in this process what each task's process would build again: the Jinja filter and
+    test plugin wrappers outside collections (one scan of every such plugin file per process) and
+    the Jinja lexer of the default settings. Returns what could not be built (nothing breaks: a
+    task's process then builds it itself, as without this callback)."""
+    failed: list[str] = []
+    try:
+        from ansible.plugins.loader import filter_loader, test_loader
+
+        filter_loader.get("ansible.builtin.to_json")
+        test_loader.get("ansible.builtin.defined")
+    except Exception:  # a task's process scans them itself
+        failed.append("the Jinja plugin loaders")
+    try:
+        from ansible.template import Templar, trust_as_template
+
+        Templar(loader=None, variables={"x": 1}).template(trust_as_template("{{ x | string }}"))
+    except Exception:  # a task's process makes its lexer itself
+        failed.append("the Jinja lexer")
+    return failed
 
 
 def preload() -> list[str]:
@@ -75,7 +104,7 @@ class CallbackModule(CallbackBase):
 
     def __init__(self) -> None:
         super().__init__()
-        self._failed = preload()
+        self._failed = preload() + warm_templating()
 
     def v2_playbook_on_start(self, playbook: object) -> None:
         if self._failed:
