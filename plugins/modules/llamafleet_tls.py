@@ -379,6 +379,8 @@ def _host_ca(tls: TLSDir, p: dict[str, Any]) -> bool:
     subject = check_text(p["ca_subject"], "ca_subject")
     tls.key("ca.key")
     wanted = ca_ext(check_text(p["ca_comment"], "ca_comment"), constraints)
+    if tls.read("ca.ext") == wanted:
+        tls.own("ca.ext", 0o600)
     if tls.read("ca.ext") != wanted or tls.read("ca.crt") is None:
         tls.write("ca.ext", wanted, 0o600, "the CA's names")
         data = b""
@@ -432,6 +434,8 @@ def _keep(
         ext_changed = tls.read(c["ext"]) != ext
         if ext_changed:
             tls.write(c["ext"], ext, 0o600, "its names and CA")
+        else:
+            tls.own(c["ext"], 0o600)
         if new_key or ext_changed or expiring(tls, c["cert"], p["renew_within"]):
             signed.append(c["name"])
             data = b""

@@ -180,11 +180,13 @@ def test_wrong_owners_and_modes_are_put_right(mod: ModuleType, open_tmp: Path) -
     os.chown(d / "main.key", NOBODY, NOBODY)
     (d / "main.crt").chmod(0o644)
     (d / "ca.key").chmod(0o640)
+    (d / "other.ext").chmod(0o644)
     d.chmod(0o755)
     found = _keep(mod, d)
-    assert found["signed"] == [] and len(found["changes"]) == 4
+    assert found["signed"] == [] and len(found["changes"]) == 5
     assert (d / "main.key").stat().st_uid == 0 and _mode(d / "main.key") == 0o600
     assert _mode(d / "main.crt") == 0o600 and _mode(d / "ca.key") == 0o600 and _mode(d) == 0o700
+    assert _mode(d / "other.ext") == 0o600
 
 
 def test_check_mode_changes_nothing(mod: ModuleType, open_tmp: Path) -> None:
