@@ -157,7 +157,6 @@ changes:
 """
 
 import hashlib
-import ipaddress
 import os
 import re
 import stat
@@ -175,15 +174,16 @@ from ansible_collections.llamafleet.fleet.plugins.module_utils.safefs import (
     read_fd,
     replace_file,
 )
+from ansible_collections.llamafleet.fleet.plugins.module_utils.tls_names import (
+    LABEL,
+    san_problem,
+)
 
 #: the largest key, certificate or extension file read
 LIMIT = 1024 * 1024
-#: a DNS name of a certificate: nothing that could end an entry of an extension file
-_LABEL = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,62}"
-DNS_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\.?\Z")
 #: a nameConstraints value as llamafleet_name_constraints writes it
 CONSTRAINTS = re.compile(
-    rf"critical(?:,permitted;(?:DNS:{_LABEL}(?:\.{_LABEL})*|IP:[0-9A-Fa-f.:/]+))+\Z"
+    rf"critical(?:,permitted;(?:DNS:{LABEL}(?:\.{LABEL})*|IP:[0-9A-Fa-f.:/]+))+\Z"
 )
 KEY_ARGS = ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"]
 
@@ -195,17 +195,10 @@ class OpenSSLError(Exception):
 def check_san(entry: Any) -> str:
     """A subjectAltName entry: DNS:<name> or IP:<address>, nothing else (a comma or a newline
     would add a name or a line to the extension file)."""
-    text = str(entry)
-    kind, _, value = text.partition(":")
-    if kind == "DNS" and DNS_NAME.match(value):
-        return text
-    if kind == "IP":
-        try:
-            ipaddress.ip_address(value)
-            return text
-        except ValueError:
-            pass
-    raise UnsafePathError(f"certificate name {text!r}: give DNS:<name> or IP:<address>")
+    problem = san_problem(entry)
+    if problem:
+        raise UnsafePathError(f"certificate name {problem}: give DNS:<name> or IP:<address>")
+    return str(entry)
 
 
 def check_text(value: Any, what: str) -> str:
@@ -379,9 +372,10 @@ def _host_ca(tls: TLSDir, p: dict[str, Any]) -> bool:
     subject = check_text(p["ca_subject"], "ca_subject")
     tls.key("ca.key")
     wanted = ca_ext(check_text(p["ca_comment"], "ca_comment"), constraints)
-    if tls.read("ca.ext") == wanted:
+    same_names = tls.read("ca.ext") == wanted
+    if same_names:
         tls.own("ca.ext", 0o600)
-    if tls.read("ca.ext") != wanted or tls.read("ca.crt") is None:
+    if not same_names or tls.read("ca.crt") is None:
         tls.write("ca.ext", wanted, 0o600, "the CA's names")
         data = b""
         if tls.modify and tls.fd is not None:
