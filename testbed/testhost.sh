@@ -262,6 +262,11 @@ EOF
   # PID 1 of this machine may not be systemd: no machined registration, keep our own cgroup, and give
   # every host its own cgroup (else all hosts share one and their systemds trample on each other).
   local d; CGS=$(cgroup_dirs "$name" | tr '\n' ' '); export CGS
+  # the veth of an earlier host of this name can outlive it for a moment (its network namespace is
+  # freed after its last process): systemd-nspawn would refuse to boot ("File exists")
+  if [ ${#name} -le 12 ] && ip link show "vb-$name" >/dev/null 2>&1; then
+    ip link del "vb-$name" 2>/dev/null || true
+  fi
   for d in $CGS; do mkdir -p "$d"; done
   # shellcheck disable=SC2016
   setsid sh -c 'for d in $CGS; do echo $$ > "$d/cgroup.procs"; done; exec "$@"' sh \
