@@ -12,6 +12,13 @@ gave, before anything is touched.
         gpus: "{{ ansible_facts['llamafleet_gpus'] | default([]) }}"
       register: _llama_cpp_plan
 
+With ``state`` (the llama_cpp_state module's options other than those the plan decides:
+``commit``, ``backend`` and ``options_hash``), the same task also reads the host's build in use:
+when the plan pins a commit, the module ``llamafleet.fleet.llama_cpp_state`` runs on the host with
+the pin, the backend and the options' sha256 the plan chose, and its result is ``state`` (a module
+failure, such as a tampered build with ``refuse_tampered``, fails the task with its message);
+without a pin ``state`` is {}. One task, one decision: what the role did with two tasks.
+
 Returns ``backend``, ``cuda_archs``, ``pin`` (the commit the checkout must resolve to, "" when
 unpinned), ``nvcc`` (rc, stdout, stdout_lines, stderr of ``nvcc --version``; {} unless the
 backend is cuda), ``hashed_options`` and ``options_sha256`` (the CMake options a build of them is
@@ -44,7 +51,9 @@ from ansible_collections.llamafleet.fleet.plugins.module_utils.safetar import (
 from ansible_collections.llamafleet.fleet.plugins.plugin_utils.action import task_args
 
 #: the task's options (plugins/modules/llama_cpp_plan.py documents them)
-_ARGS = frozenset({"vars", "gpus"})
+_ARGS = frozenset({"vars", "gpus", "state"})
+#: the llama_cpp_state options the task hands over (the others are the plan's answer)
+_STATE_ARGS = frozenset({"prefix", "ref", "targets", "build_number", "work_dir", "refuse_tampered"})
 #: the role's variables the plan reads, by their names without llama_cpp_ (has_token: whether
 #: llama_cpp_repo_token is set, never the token; cuda_version: the release nvcc must report;
 #: fixed_cmake_options: the role's own CMake options, vars/main.yml)
@@ -331,8 +340,38 @@ class ActionModule(ActionBase):
 
         try:
             found = plan(args.get("vars") or {}, list(args.get("gpus") or []), nvcc)
+            state = args.get("state")
+            if state is not None:
+                found["state"] = self._read_state(state, found, task_vars or {})
         except PlanError as e:
             result.update(failed=True, msg=str(e))
             return result
         result.update(found, changed=False)
         return result
+
+    def _read_state(
+        self, state: Any, found: Mapping[str, Any], task_vars: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The build in use, as the module llama_cpp_state reads it on the host, for the plan's
+        pin, backend and options hash; {} without a pin (nothing to compare with)."""
+        if not isinstance(state, Mapping) or set(state) - _STATE_ARGS:
+            raise PlanError(
+                "llama_cpp_plan: state must be a mapping of the llama_cpp_state options "
+                f"{', '.join(sorted(_STATE_ARGS))}"
+            )
+        if not _COMMIT.match(_text(found.get("pin"))):
+            return {}
+        module_args = {
+            **state,
+            "commit": found["pin"],
+            "backend": found["backend"],
+            "options_hash": found["options_sha256"],
+        }
+        done: dict[str, Any] = self._execute_module(
+            module_name="llamafleet.fleet.llama_cpp_state",
+            module_args=module_args,
+            task_vars=task_vars,
+        )
+        if done.get("failed"):
+            raise PlanError(_text(done.get("msg")) or "llama_cpp_state failed")
+        return {k: v for k, v in done.items() if not k.startswith("_ansible")}

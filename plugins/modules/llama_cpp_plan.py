@@ -49,6 +49,15 @@ options:
     type: list
     elements: dict
     required: true
+  state:
+    description:
+      - The options of M(llamafleet.fleet.llama_cpp_state) other than those the plan decides
+        (C(prefix), C(ref), C(targets), C(build_number), C(work_dir), C(refuse_tampered)).
+      - When given and the plan pins a commit, the same task runs that module on the host with
+        the plan's pin, backend and options hash and returns its result as RV(state); a failure
+        of the module (a tampered build with C(refuse_tampered)) fails the task with its message.
+      - Read-only, also in check mode.
+    type: dict
 author: llamafleet
 extends_documentation_fragment:
   - llamafleet.fleet.attributes.check
@@ -99,6 +108,12 @@ indexed:
   description: The controller's index entry of the build of the pinned commit with these
     options (C(name), C(found), C(entry), C(tarball), C(tarball_exists), C(incoming), C(ignored);
     C(name) is empty when there is none); empty where the index is not read.
+  returned: success
+  type: dict
+state:
+  description: With O(state) and a pinned commit, the result of M(llamafleet.fleet.llama_cpp_state)
+    (C(current), C(wanted), C(intact), C(reason), C(name), C(dir), C(manifest),
+    C(checkout_credentials)); empty otherwise.
   returned: success
   type: dict
 """

@@ -9,6 +9,7 @@ the cuda scenario and the GPU check run the real one)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import textwrap
 from pathlib import Path
@@ -411,3 +412,76 @@ def test_the_options_hash_is_the_one_the_role_computed_before(tmp_path: Path) ->
         assert (sha, options) == (former_sha, former_options), label
     assert len({v[0] for v in found.values()}) == len(cases)  # each case names another build
     assert found["cuda"][2]["CMAKE_CUDA_ARCHITECTURES"] == "89;120"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the build in use is root's, as on a host")
+def test_the_preflight_task_reads_the_build_in_use_and_refuses_an_implant(
+    mod: Any, open_tmp: Path, tmp_path: Path
+) -> None:
+    """One task for the plan and the decision (`state`): the real role's preflight, in check mode
+    as in a real run, reads the build `current` points at with the plan's pin, backend and
+    options hash (llama_cpp_state on the host). The wanted build installed as build.yml installs
+    it is current; a binary planted beside llama-server fails the same task with the module's
+    refusal (nothing changed); an unpinned plan reads nothing."""
+    from test_llama_cpp_state import _install
+
+    found = _plan(mod, _vars(mod))[0]
+    pin, opts = found["pin"], found["options_sha256"]
+    prefix = open_tmp / "opt"
+    prefix.mkdir(mode=0o755)
+    build = _install(
+        prefix,
+        f"b9079-{pin[:10]}-cpu-{opts[:10]}",
+        commit=pin,
+        options_hash=opts,
+        ref=str(DEFAULTS["llama_cpp_version"]),
+        targets=DEFAULTS["llama_cpp_targets"],
+    )
+
+    def include(name: str, indent: int, **over: Any) -> str:
+        task = {
+            "name": name,
+            "ansible.builtin.include_role": {
+                "name": "llamafleet.fleet.llama_cpp",
+                "tasks_from": "preflight.yml",
+            },
+            "vars": {
+                "llama_cpp_prefix": str(prefix),
+                "llama_cpp_work_dir": str(tmp_path / "work"),
+                **over,
+            },
+        }
+        return textwrap.indent(yaml.safe_dump([task], sort_keys=False), " " * indent)
+
+    play = f"""
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+{include("intact", 4)}
+    - ansible.builtin.debug:
+        msg: "RESULT intact {{{{ _llama_cpp_plan.state | to_json }}}}"
+    - ansible.builtin.file:
+        path: {build}/bin/rt-implant
+        state: touch
+        mode: "0755"
+      check_mode: false
+    - block:
+{include("implanted", 8)}
+      rescue:
+        - ansible.builtin.debug:
+            msg: "RESULT implanted {{{{ ansible_failed_result.msg | to_json }}}}"
+{include("unpinned", 4, llama_cpp_commit="", llama_cpp_allow_unpinned=True)}
+    - ansible.builtin.debug:
+        msg: "RESULT unpinned {{{{ [_llama_cpp_plan.pin, _llama_cpp_plan.state] | to_json }}}}"
+"""
+    done = run_playbook(tmp_path, play, "--check")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    got = playbook_results(done.stdout)
+    assert got["intact"]["current"] is True, got["intact"]
+    assert got["intact"]["name"] == build.name and got["intact"]["intact"] is True
+    assert "bin/rt-implant is not in the manifest" in got["implanted"]
+    assert "Nothing was changed" in got["implanted"]
+    assert got["unpinned"] == ["", {}]
+    own = re.findall(r"^TASK \[llamafleet\.fleet\.llama_cpp : (.*?)\] \*", done.stdout, re.M)
+    assert own == ["Check the variables and choose the backend"] * 3
