@@ -7,6 +7,11 @@ where this run has not gathered them yet (llamafleet_common's one task):
 
 - the host's facts (``ansible.builtin.setup`` with ``gather_subset``) when the distribution or the
   CPU count is not known yet (the play did not gather them, and no earlier play of the run did);
+  with ``filter`` (setup's own option, shell patterns of fact names) only the facts it names are
+  kept, and always the two this plugin decides on (``distribution``, ``processor_vcpus``) and
+  setup's ``gather_subset`` and ``module_setup``. Ansible copies a host's facts for every task it
+  runs there: a fact set of 49 values instead of 700 (a workstation's devices, interfaces,
+  environment) is what each task then costs the controller;
 - the fact ``llamafleet_gpus`` (the module ``llamafleet_gpu_facts``: one ``nvidia-smi`` query,
   read-only, so also in check mode) when it is not known yet.
 
@@ -27,7 +32,24 @@ from ansible_collections.llamafleet.fleet.plugins.plugin_utils.action import (
     task_args,
 )
 
-_ARGS = frozenset({"gather_subset", "nvidia_smi"})
+_ARGS = frozenset({"gather_subset", "nvidia_smi", "filter"})
+#: what this plugin's decision reads (wanted) and what setup marks a gathering with: kept whatever
+#: the filter says
+ALWAYS_KEPT = ("distribution", "processor_vcpus", "gather_subset", "module_setup")
+
+
+def setup_args(gather_subset: Any, keep: Any) -> dict[str, Any]:
+    """The options of ansible.builtin.setup: the subset, and with ``keep`` (fact names or shell
+    patterns, with or without ``ansible_``) its ``filter``, which always keeps ALWAYS_KEPT."""
+    found: dict[str, Any] = {"gather_subset": list(gather_subset or ["!all", "min", "hardware"])}
+    if keep:
+        if isinstance(keep, str) or not all(isinstance(k, str) and k.strip() for k in keep):
+            raise ValueError(
+                "llamafleet_facts: filter must be a list of fact names or shell patterns"
+            )
+        patterns = [k.strip() for k in keep]
+        found["filter"] = patterns + [k for k in ALWAYS_KEPT if k not in patterns]
+    return found
 
 
 def wanted(facts: Mapping[str, Any]) -> list[str]:
@@ -53,12 +75,16 @@ class ActionModule(ActionBase):
         warnings: list[Any] = []
         deprecations: list[Any] = []
         need = wanted(task_vars.get("ansible_facts") or {})
+        try:
+            setup = setup_args(args.get("gather_subset"), args.get("filter"))
+        except ValueError as e:
+            result.update(failed=True, msg=str(e))
+            return result
         for what in need:
             if what == "setup":
-                subset = args.get("gather_subset") or ["!all", "min", "hardware"]
                 found = self._execute_module(
                     module_name="ansible.legacy.setup",
-                    module_args={"gather_subset": list(subset)},
+                    module_args=setup,
                     task_vars=task_vars,
                 )
             else:

@@ -23,6 +23,18 @@ options:
     type: list
     elements: str
     default: ["!all", "min", "hardware"]
+  filter:
+    description:
+      - The facts kept of those M(ansible.builtin.setup) gathers (its C(filter) option), as fact
+        names or shell patterns, with or without C(ansible_). Empty keeps every fact of
+        O(gather_subset).
+      - C(distribution), C(processor_vcpus) (what this task decides on), C(gather_subset) and
+        C(module_setup) are always kept.
+      - Ansible copies a host's facts for every task it runs on that host, so fewer facts cost
+        the controller less on every task.
+    type: list
+    elements: str
+    default: []
   nvidia_smi:
     description: The nvidia-smi command, looked up on C(PATH) unless it is an absolute path.
     type: str

@@ -340,6 +340,67 @@ def test_the_facts_the_roles_read_are_gathered_once_where_the_play_did_not(
     assert playbook_results(proc.stdout)["one"][2] == ["gpus"], proc.stdout[-3000:]
 
 
+def test_the_facts_kept_are_those_the_roles_read(tmp_path: Path) -> None:
+    """The gathered facts are filtered (llamafleet_common_gather_filter): what the roles read is
+    there, what they do not (the environment, the devices, the date) is not, and Ansible's own
+    marks of a gathering stay; [] keeps every fact of the subset."""
+    pytest.importorskip("ansible")
+    smi = _stand_in(tmp_path / "nvidia-smi", "exit 0\n")
+
+    def play(keep: str) -> str:
+        return f"""\
+        - hosts: localhost
+          gather_facts: false
+          vars:
+            llamafleet_common_nvidia_smi: {smi}
+            {keep}
+          tasks:
+            - ansible.builtin.include_role:
+                name: llamafleet.fleet.llamafleet_common
+            - ansible.builtin.debug:
+                msg: "RESULT facts {{{{ ansible_facts.keys() | sort | to_json }}}}"
+        """
+
+    proc = run_playbook(tmp_path, play(""))
+    kept = set(playbook_results(proc.stdout)["facts"])
+    for name in (
+        "distribution",
+        "distribution_release",
+        "architecture",
+        "os_family",
+        "hostname",
+        "processor_vcpus",
+        "processor_cores",
+        "processor_count",
+        "memtotal_mb",
+        "mounts",
+        "gather_subset",
+        "module_setup",
+        "llamafleet_gpus",
+    ):
+        assert name in kept, (name, sorted(kept))
+    assert not kept & {"env", "devices", "date_time", "cmdline", "python", "memory_mb"}, kept
+    proc = run_playbook(tmp_path, play("llamafleet_common_gather_filter: []"))
+    every = set(playbook_results(proc.stdout)["facts"])
+    assert kept < every and {"env", "date_time", "memory_mb"} <= every, every
+
+
+def test_a_filter_that_is_not_a_list_of_names_is_refused() -> None:
+    facts = load_ansible_plugin(plugin_path("action", "llamafleet_facts"))
+    assert facts.setup_args(None, []) == {"gather_subset": ["!all", "min", "hardware"]}
+    got = facts.setup_args(["min"], ["mounts"])
+    assert got["filter"] == [
+        "mounts",
+        "distribution",
+        "processor_vcpus",
+        "gather_subset",
+        "module_setup",
+    ]
+    for bad in ("mounts", ["mounts", ""], [3]):
+        with pytest.raises(ValueError, match="filter must be a list"):
+            facts.setup_args(["min"], bad)
+
+
 def _after(text: str, title: str) -> str:
     """What follows the task header ``title`` in ansible-playbook's output."""
     return text[text.index(title) :]
