@@ -29,6 +29,11 @@ description:
     comment at AnsibleEnvironment.lexer in ansible-core asks for exactly this, "pre-generate the
     default cached lexer before forking").
   - >-
+    And it makes each template compile once per run instead of once per task and host
+    (ansible-core compiles a template every time it renders one): the compiled code is kept for the
+    run's other task processes in a directory of the run (plugin_utils/jinja_cache.py says what is
+    kept, where, and how it is trusted). C(LLAMAFLEET_JINJA_CACHE=off) turns that off.
+  - >-
     A controller without the llamafleet package is not refused here: the first filter or action
     plugin that needs it says what to install.
 requirements:
@@ -105,6 +110,11 @@ class CallbackModule(CallbackBase):
     def __init__(self) -> None:
         super().__init__()
         self._failed = preload() + warm_templating()
+        from ansible_collections.llamafleet.fleet.plugins.plugin_utils import jinja_cache
+
+        why = jinja_cache.install()
+        if why:
+            self._failed.append(f"the compiled-template cache ({why})")
 
     def v2_playbook_on_start(self, playbook: object) -> None:
         if self._failed:
