@@ -23,7 +23,8 @@ only when it is a regular file (opened without following a link), owned by this 
 nobody else, not larger than :data:`MAX_ENTRY`, and holds the key it is named for; anything else
 is compiled again (and, where it can be, replaced). A write is a new file renamed over the name.
 Whoever can write the run directory can already change the module payloads Ansible sends to the
-hosts from it.
+hosts from it. (The checks are llamafleet.diskcache's own_dir and read_own, the ones the chat
+template's kept answers pass: the llamafleet package is needed, as by every plugin that checks.)
 
 Off with ``LLAMAFLEET_JINJA_CACHE=off`` (or when ansible-core has no such environment): templates
 are then compiled as Ansible compiles them.
@@ -31,14 +32,11 @@ are then compiled as Ansible compiles them.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.util
 import marshal
 import os
-import stat
 import sys
-import tempfile
 import types
 from typing import Any
 
@@ -63,27 +61,14 @@ def enabled() -> bool:
     )
 
 
-def _own_dir(path: str) -> bool:
-    """A real directory of this user that nobody else can write."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return (
-        stat.S_ISDIR(st.st_mode)
-        and st.st_uid == os.geteuid()
-        and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-    )
-
-
 def cache_dir(run_tmp: str) -> str | None:
     """The run's entry directory under ``run_tmp`` (made 0700); None where it is not trusted."""
-    if not _own_dir(run_tmp):
+    from llamafleet.diskcache import own_dir
+
+    if not own_dir(run_tmp, create=False):
         return None
     path = os.path.join(run_tmp, _SUBDIR)
-    with contextlib.suppress(FileExistsError, OSError):
-        os.mkdir(path, 0o700)
-    return path if _own_dir(path) else None
+    return path if own_dir(path, create=True) else None
 
 
 def _versions() -> str:
@@ -145,30 +130,13 @@ def entry_key(settings: str, source: str) -> str:
 
 
 def read_entry(directory: str, key: str) -> types.CodeType | None:
-    """The code kept under ``key``, or None (absent, or anything that cannot be trusted)."""
-    path = os.path.join(directory, key)
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if (
-            not stat.S_ISREG(st.st_mode)
-            or st.st_uid != os.geteuid()
-            or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-            or st.st_size > MAX_ENTRY
-        ):
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(MAX_ENTRY + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    """The code kept under ``key``, or None (absent, or anything that cannot be trusted: see
+    llamafleet.diskcache.read_own)."""
+    from llamafleet.diskcache import read_own
+
+    data = read_own(os.path.join(directory, key), MAX_ENTRY)
     head = _MAGIC + key.encode("ascii") + b"\n"
-    if not data.startswith(head):
+    if data is None or not data.startswith(head):
         return None
     try:
         code = marshal.loads(data[len(head) :])
@@ -179,19 +147,9 @@ def read_entry(directory: str, key: str) -> types.CodeType | None:
 
 def write_entry(directory: str, key: str, code: types.CodeType) -> None:
     """Keep ``code`` under ``key``: a new 0600 file renamed over the name (best effort)."""
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(_MAGIC + key.encode("ascii") + b"\n" + marshal.dumps(code))
-        os.replace(tmp, os.path.join(directory, key))
-        tmp = None
-    except OSError:
-        pass
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+    from llamafleet.diskcache import write_own
+
+    write_own(directory, key, _MAGIC + key.encode("ascii") + b"\n" + marshal.dumps(code))
 
 
 def stats() -> dict[str, Any]:
@@ -205,6 +163,10 @@ def install(run_tmp: str | None = None) -> str | None:
         return None
     if not enabled():
         return "off (LLAMAFLEET_JINJA_CACHE)"
+    try:
+        import llamafleet.diskcache  # noqa: F401 - its private-file reader and writer
+    except ImportError:
+        return "the llamafleet package is not installed"
     try:
         from ansible._internal._templating import _jinja_bits
     except ImportError:

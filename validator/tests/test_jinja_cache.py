@@ -114,8 +114,6 @@ def test_an_entry_that_is_not_this_users_own_regular_file_is_not_loaded(
     os.chown(path, 65534, 65534)  # another account's
     assert cache.read_entry(str(d), key) is None
     path.unlink()
-    planted = tmp_path / "planted"
-    planted.write_bytes(b"")
     _entry(cache, tmp_path, "b" * 64)
     os.symlink(tmp_path / ("b" * 64), path)  # a link to a valid entry
     assert cache.read_entry(str(d), key) is None

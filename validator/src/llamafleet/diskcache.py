@@ -53,7 +53,7 @@ def key(namespace: str, question: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
-def _own_dir(path: str, create: bool) -> bool:
+def own_dir(path: str, create: bool) -> bool:
     """Whether ``path`` is a directory this user owns that no one else can write (made 0700)."""
     if create:
         try:
@@ -71,14 +71,11 @@ def _own_dir(path: str, create: bool) -> bool:
     )
 
 
-def get(namespace: str, question: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The answer kept for ``question``, or None."""
-    where = directory()
-    if where is None or not _own_dir(where, create=False):
-        return None
-    name = key(namespace, question)
+def read_own(path: str, limit: int = MAX_ENTRY) -> bytes | None:
+    """The bytes of ``path`` when it is a regular file (opened without following a link) of this
+    process's effective user that nobody else can write, of at most ``limit`` bytes; else None."""
     try:
-        fd = os.open(os.path.join(where, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     try:
@@ -87,15 +84,48 @@ def get(namespace: str, question: Mapping[str, Any]) -> dict[str, Any] | None:
             not stat.S_ISREG(st.st_mode)
             or st.st_uid != os.geteuid()
             or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-            or st.st_size > MAX_ENTRY
+            or st.st_size > limit
         ):
             return None
         with os.fdopen(os.dup(fd), "rb") as fh:
-            data = json.loads(fh.read(MAX_ENTRY + 1))
-    except (OSError, ValueError):
+            data = fh.read(limit + 1)
+    except OSError:
         return None
     finally:
         os.close(fd)
+    return data if len(data) <= limit else None
+
+
+def write_own(directory: str, name: str, body: bytes) -> None:
+    """``body`` as ``directory/name``: a new file (0600) renamed over the name; nothing on an
+    error (the next reader computes its answer again)."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name[:16]}.", suffix=".tmp")
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(body)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, os.path.join(directory, name))
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def get(namespace: str, question: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The answer kept for ``question``, or None."""
+    where = directory()
+    if where is None or not own_dir(where, create=False):
+        return None
+    name = key(namespace, question)
+    raw = read_own(os.path.join(where, name))
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
     if not isinstance(data, dict) or data.get("key") != name:
         return None
     answer = data.get("answer")
@@ -105,21 +135,10 @@ def get(namespace: str, question: Mapping[str, Any]) -> dict[str, Any] | None:
 def put(namespace: str, question: Mapping[str, Any], answer: Mapping[str, Any]) -> None:
     """Keep ``answer`` for ``question`` (nothing when there is no usable directory)."""
     where = directory()
-    if where is None or not _own_dir(where, create=True):
+    if where is None or not own_dir(where, create=True):
         return
     name = key(namespace, question)
     body = json.dumps({"key": name, "answer": dict(answer)}).encode("utf-8")
     if len(body) > MAX_ENTRY:
         return
-    try:
-        fd, tmp = tempfile.mkstemp(dir=where, prefix=f".{name[:16]}.", suffix=".tmp")
-    except OSError:
-        return
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(body)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, os.path.join(where, name))
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+    write_own(where, name, body)
