@@ -52,13 +52,10 @@ _memory: dict[str, types.CodeType] = {}
 
 
 def enabled() -> bool:
-    return os.environ.get("LLAMAFLEET_JINJA_CACHE", "on").strip().lower() not in (
-        "",
-        "off",
-        "0",
-        "no",
-        "false",
-    )
+    """LLAMAFLEET_JINJA_CACHE, read as the chat template's cache reads its own switch."""
+    from llamafleet.diskcache import switched_off
+
+    return not switched_off(os.environ.get("LLAMAFLEET_JINJA_CACHE", "on"))
 
 
 def cache_dir(run_tmp: str) -> str | None:
@@ -161,12 +158,12 @@ def install(run_tmp: str | None = None) -> str | None:
     """Wrap ``AnsibleEnvironment.compile`` (once per process). Returns why it did not, or None."""
     if _state["installed"]:
         return None
-    if not enabled():
-        return "off (LLAMAFLEET_JINJA_CACHE)"
     try:
-        import llamafleet.diskcache  # noqa: F401 - its private-file reader and writer
+        import llamafleet.diskcache  # noqa: F401 - its switch, private-file reader and writer
     except ImportError:
         return "the llamafleet package is not installed"
+    if not enabled():
+        return "off (LLAMAFLEET_JINJA_CACHE)"
     try:
         from ansible._internal._templating import _jinja_bits
     except ImportError:

@@ -34,11 +34,16 @@ MAX_ENTRY = 8 << 20
 _FORMAT = 1
 
 
+def switched_off(value: str) -> bool:
+    """Whether an environment setting of a cache says off ("", off, 0, no, false)."""
+    return value.strip().lower() in ("", "off", "0", "no", "false")
+
+
 def directory() -> str | None:
     """The cache directory ("" or ``off`` in the environment: none)."""
     given = os.environ.get("LLAMAFLEET_TEMPLATE_CACHE")
     if given is not None:
-        return None if given.strip().lower() in ("", "off", "0", "no", "false") else given
+        return None if switched_off(given) else given
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "llamafleet")
 
