@@ -79,7 +79,7 @@ def test_a_failed_phase_keeps_its_exit_status_and_shows_its_last_lines(tmp_path:
 
 
 def test_keep_going_records_the_failure_runs_on_and_the_report_fails(tmp_path: Path) -> None:
-    """make test: a failed phase returns 0 to make (its lane goes on), the report fails."""
+    """make test: a failed phase returns 0 to make (the other phases go on), the report fails."""
     _phase(tmp_path, "reset")
     failed = _phase(tmp_path, "run", "unit", "5", "4", "--", "false", keep_going=True)
     assert failed.returncode == 0 and "phase unit: FAILED (rc 1)" in failed.stdout
