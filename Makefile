@@ -76,9 +76,10 @@ claude-code-pins: $(VENV)/.stamp
 # work first once it can start):
 #   images (the test hosts' root images) before every scenario; default (compiles the fork, the
 #   longest phase, and ships the build) before the scenarios that install that build (pool, claude,
-#   fleet, fleet-sim); cuda and debian13 (which compiles the fork for Debian 13 itself) need only
-#   the images, so with an empty cache debian13 compiles once unit and cuda are done instead of
-#   waiting for default, and no core waits at the end of the run for a fixed lane.
+#   fleet, fleet-sim); lint, unit, cuda and debian13 (which compiles the fork for Debian 13 itself)
+#   one after the other beside default, so with an empty cache debian13 compiles once unit and
+#   cuda are done instead of after claude and fleet, and no core waits at the end of the run for
+#   a fixed lane.
 # Budgets: minutes on this machine kind (2 cores, 24 GiB), cold cache / warm cache. The suite's
 # budget is 45 cold / 30 warm; CI runs everything, always.
 SUITE_BUDGET := 45 30
@@ -127,8 +128,15 @@ test-quick:
 test-phases: ph-images ph-lint ph-default ph-unit ph-pool ph-claude ph-cuda ph-fleet ph-debian13 \
 	ph-fleet-sim
 
-# what each phase needs (no other order: make starts the first phase of the list above that can)
-ph-default ph-cuda ph-debian13: ph-images
+# what each phase needs, and the order of the phases that need only the images: make gives a free
+# core to the first phase of the list above that was ready when it last went through it, so a
+# phase ready from the start (unit, had it needed nothing) could take the core default should have
+# (the images come in seconds from a warm cache): unit after lint, cuda after unit, debian13 after
+# cuda (with an empty cache it compiles beside default's compile, not after claude and fleet)
+ph-default: ph-images
+ph-unit: ph-lint
+ph-cuda: ph-unit ph-images
+ph-debian13: ph-cuda ph-images
 ph-pool ph-claude ph-fleet ph-fleet-sim: ph-default
 
 ph-lint:
