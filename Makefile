@@ -71,20 +71,13 @@ claude-code-pins: $(VENV)/.stamp
 # ---------------------------------------------------------------- tests
 # `make test` runs its phases two at a time (two cores; make -j2), and prints at its end a table of
 # every phase's wall time beside its budget; a phase over its budget is named.
-# Each phase waits only for what it needs, and make starts, whenever a core is free, the first
-# phase of test-phases' list whose needs are met (the list is the order of preference: the longest
-# work first once it can start):
-#   images (the test hosts' root images) before every scenario; default (compiles the fork, the
-#   longest phase, and ships the build) before the scenarios that install that build (pool, claude,
-#   fleet, fleet-sim); lint, unit, cuda and debian13 (which compiles the fork for Debian 13 itself)
-#   one after the other beside default, so with an empty cache debian13 compiles once unit and
-#   cuda are done instead of after claude and fleet, and no core waits at the end of the run for
-#   a fixed lane.
+# make starts, whenever a core is free, the first phase of test-phases' list that can start (the
+# longest work first); what each phase waits for is below the list, with the reason for its order.
 # Budgets: minutes on this machine kind (2 cores, 24 GiB), cold cache / warm cache. The suite's
 # budget is 45 cold / 30 warm; CI runs everything, always.
 SUITE_BUDGET := 45 30
-# measured from fresh clones on 7bae5c8 (warm: 34:04; pool, 18:59 from +15:05, ends the run) and on
-# e51d42a (empty cache: 55:08; default's cold compile 28:02); the phases over their budgets are
+# measured from fresh clones on 1a06235 (warm: 35:33; debian13 ends the run) and on e51d42a (empty
+# cache: 55:08; default's cold compile 28:02; the same order of phases); the phases over their budgets are
 # named in docs/scale.md ("The test suite's CPU")
 BUDGET_bootstrap := 3 1
 BUDGET_lint := 3 1
@@ -128,11 +121,11 @@ test-quick:
 test-phases: ph-images ph-lint ph-default ph-unit ph-pool ph-claude ph-cuda ph-fleet ph-debian13 \
 	ph-fleet-sim
 
-# what each phase needs, and the order of the phases that need only the images: make gives a free
-# core to the first phase of the list above that was ready when it last went through it, so a
-# phase ready from the start (unit, had it needed nothing) could take the core default should have
-# (the images come in seconds from a warm cache): unit after lint, cuda after unit, debian13 after
-# cuda (with an empty cache it compiles beside default's compile, not after claude and fleet)
+# pool, claude, fleet and fleet-sim install the build default ships; lint, unit, cuda and debian13
+# run one after the other beside default. They are chained because make gives a free core to the
+# first phase of the list that was ready when it last went through it: unit, ready from the start,
+# took the core meant for default when the images came in seconds from a warm cache. (With an empty
+# cache debian13 then compiles beside default's compile, not after claude and fleet.)
 ph-default: ph-images
 ph-unit: ph-lint
 ph-cuda: ph-unit ph-images
