@@ -76,9 +76,9 @@ claude-code-pins: $(VENV)/.stamp
 # Budgets: minutes on this machine kind (2 cores, 24 GiB), cold cache / warm cache. The suite's
 # budget is 45 cold / 30 warm; CI runs everything, always.
 SUITE_BUDGET := 45 30
-# measured from fresh clones on 1a06235 (warm: 35:33; debian13 ends the run) and on e51d42a (empty
-# cache: 55:08, default's cold compile 28:02; 80783cf in a faster hour: 44:22 and 20:06); the phases over their budgets are
-# named in docs/scale.md ("The test suite's CPU")
+# measured from fresh clones, this order of phases: warm 35:33 (1a06235) and 29:22 (aea9760, a
+# faster hour); empty cache 55:08 (e51d42a, default's cold compile 28:02) and 44:22 (80783cf, the
+# faster hour, 20:06). The phases over their budgets are named in docs/scale.md ("The test suite's CPU")
 BUDGET_bootstrap := 3 1
 BUDGET_lint := 3 1
 BUDGET_unit := 5 3
